@@ -1,0 +1,175 @@
+"""The bus contract: one interface, two implementations (memory for embedded, Redis for scaled).
+
+Paths:
+- inbound commands (edge → plugin): a per-tenant stream with a consumer group; the plugin
+  acks an entry only after the command's effect is durable (at-least-once).
+- outbound events (plugin → edges): per-tenant pub/sub, the doorbell. It is at-most-once;
+  the plugin's outbox is the log and devices replay from it.
+- direct replies (plugin → one connection): pub/sub on the edge's own channel.
+
+Every key and channel is namespaced per tenant, so one Redis and one fleet of edges serves
+several Hermes gateways, and an edge subscribes only to the tenants of the devices it holds.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from .errors import SettingsError
+
+Json = dict[str, Any]
+# handler(kind, tenant_or_edge, payload): kind is "event" (tenant channel) or "direct".
+BusHandler = Callable[[str, str, bytes], None]
+
+PREFIX = "hdg"
+TENANTS_KEY = f"{PREFIX}:tenants"
+CONSUMER_GROUP = "plugin"
+
+
+def token_digest(token: str) -> str:
+    """What the registry stores: never the token itself."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def command_stream(tenant: str) -> str:
+    return f"{PREFIX}:{{{tenant}}}:cmd"
+
+
+def event_channel(tenant: str) -> str:
+    return f"{PREFIX}:{{{tenant}}}:ev"
+
+
+def tenant_alive_key(tenant: str) -> str:
+    return f"{PREFIX}:{{{tenant}}}:alive"
+
+
+def presence_key(tenant: str) -> str:
+    return f"{PREFIX}:{{{tenant}}}:presence"
+
+
+def edge_channel(edge_id: str) -> str:
+    return f"{PREFIX}:edge:{edge_id}"
+
+
+def lockout_key(source: str) -> str:
+    return f"{PREFIX}:lockout:{source}"
+
+
+def direct_envelope(conn: str, kind: str, body: Any) -> bytes:
+    return json.dumps({"conn": conn, "kind": kind, "body": body}, separators=(",", ":")).encode()
+
+
+class Subscription(abc.ABC):
+    """One per edge process: its direct channel plus the tenant channels it needs."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def add_tenant(self, tenant: str) -> None: ...
+
+    @abc.abstractmethod
+    async def remove_tenant(self, tenant: str) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+
+class Bus(abc.ABC):
+    """What the plugin and the edges need from the shared bus."""
+
+    # -- tenants
+    @abc.abstractmethod
+    async def register_tenant(self, tenant: str, token: str, ttl_s: int = 30) -> None:
+        """Map the token's digest to the tenant and mark the tenant alive for ttl_s."""
+
+    @abc.abstractmethod
+    async def unregister_tenant(self, tenant: str, token: str) -> None: ...
+
+    @abc.abstractmethod
+    async def resolve_tenant(self, token: str) -> str | None:
+        """The tenant the token opens, or None; compares digests in constant time."""
+
+    @abc.abstractmethod
+    async def tenant_alive(self, tenant: str) -> bool: ...
+
+    # -- inbound commands
+    @abc.abstractmethod
+    async def submit(self, tenant: str, command: Json) -> None:
+        """Queue a command for the tenant's plugin. Raises BusUnavailable."""
+
+    @abc.abstractmethod
+    async def consume(
+        self, tenant: str, consumer: str, count: int = 64, block_ms: int = 1000
+    ) -> list[tuple[str, Json]]: ...
+
+    @abc.abstractmethod
+    async def ack(self, tenant: str, entry_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def reclaim(
+        self, tenant: str, consumer: str, min_idle_ms: int = 0
+    ) -> list[tuple[str, Json]]:
+        """Entries delivered earlier but never acked (a crashed plugin's work)."""
+
+    # -- outbound
+    @abc.abstractmethod
+    async def publish(self, tenant: str, payload: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def reply(self, edge_id: str, payload: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def subscription(
+        self,
+        edge_id: str,
+        handler: BusHandler,
+        on_reconnect: Callable[[], None] | None = None,
+    ) -> Subscription: ...
+
+    # -- counters shared by all edges
+    @abc.abstractmethod
+    async def lockout_hit(self, source: str, window_s: float) -> int:
+        """Count one failed hello from source; return failures in the window."""
+
+    @abc.abstractmethod
+    async def lockout_count(self, source: str) -> int: ...
+
+    @abc.abstractmethod
+    async def set_presence(self, tenant: str, device_id: str, info: Json | None) -> None: ...
+
+    @abc.abstractmethod
+    async def presence(self, tenant: str) -> dict[str, Json]: ...
+
+    @abc.abstractmethod
+    async def ping(self) -> bool: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+
+_MEMORY_BUSES: dict[str, Bus] = {}
+
+
+def open_bus(url: str) -> Bus:
+    """The bus for a URL. ``memory://name`` buses are shared within one process."""
+    if url.startswith("memory://"):
+        from .memory_bus import MemoryBus
+
+        bus = _MEMORY_BUSES.get(url)
+        if bus is None:
+            bus = _MEMORY_BUSES[url] = MemoryBus()
+        return bus
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from .redis_bus import RedisBus
+
+        return RedisBus(url)
+    raise SettingsError("ANDROID_BUS_URL", f"unsupported scheme in {url.split('://')[0]!r}")
+
+
+def forget_memory_bus(url: str) -> None:
+    _MEMORY_BUSES.pop(url, None)

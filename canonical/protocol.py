@@ -1,0 +1,96 @@
+"""The canonical model: what crosses the bus between edges and the plugin.
+
+Commands (edge → plugin) and events (plugin → edges) are JSON objects. Events are
+device-visible and sequenced by the plugin: every one carries a monotonic ``cursor``
+assigned by the outbox before it is published. Direct replies answer one connection.
+
+A *lane* is ``(chat_id, thread_id)``: a channel's flat lane (thread_id None) or a
+thread. The pheby dialect exposes each lane as a conversation (``conversation_id``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+MAX_TEXT_CHARS = 64_000
+MAX_FRAME_BYTES = 2 * 1024 * 1024
+MAX_HISTORY = 500
+HELLO_TIMEOUT_S = 10.0
+LOCKOUT_FAILURES = 5
+LOCKOUT_WINDOW_S = 60.0
+
+# Events whose loss a client would notice: never dropped under back-pressure.
+COALESCABLE_EVENTS = frozenset({"message.delta", "typing"})
+
+# Canonical event types (plugin → devices, sequenced).
+EV_RUN_ACCEPTED = "run.accepted"
+EV_MESSAGE_START = "message.start"
+EV_MESSAGE_DELTA = "message.delta"
+EV_MESSAGE_COMPLETE = "message.complete"
+EV_RUN_FINISHED = "run.finished"
+EV_USER_MESSAGE = "user.message"
+EV_TOOL = "tool.event"
+EV_TYPING = "typing"
+EV_CHANNEL_CREATED = "channel.created"
+EV_CHANNEL_RENAMED = "channel.renamed"
+EV_CHANNEL_DELETED = "channel.deleted"
+EV_CONVERSATION_UPDATED = "conversation.updated"
+EV_CONVERSATION_RENAMED = "conversation.renamed"
+EV_CONVERSATION_DELETED = "conversation.deleted"
+
+# Direct-reply envelope kinds (plugin → one connection).
+REPLY = "reply"
+REPLAY = "replay"
+CLOSE = "close"
+
+PHEBY_ERROR_CODES = frozenset(
+    {
+        "unauthorized",
+        "auth_timeout",
+        "version_mismatch",
+        "bad_request",
+        "invalid_json",
+        "unknown_type",
+        "not_found",
+        "conversation_not_found",
+        "approval_not_found",
+        "clarify_not_found",
+        "too_large",
+        "rate_limited",
+        "run_active",
+        "internal_error",
+        "not_implemented",
+        "unavailable",
+    }
+)
+
+
+def now_iso() -> str:
+    """ISO-8601 UTC timestamp, as both dialects print it."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def iso_from_unix(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+
+
+def new_id(nbytes: int = 16) -> str:
+    """Opaque random hex id (32 hex chars by default, as pheby ids are)."""
+    return os.urandom(nbytes).hex()
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+def error_body(code: str, message: str, request_id: Any = None) -> dict[str, Any]:
+    """A canonical error reply; dialect codecs render it in their own shape."""
+    body: dict[str, Any] = {"type": "error", "code": code, "message": message}
+    if request_id is not None:
+        body["request_id"] = request_id
+    return body

@@ -1,0 +1,47 @@
+"""`python -m edge`: one stateless edge process on the Redis bus (scaled mode)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import sys
+
+import uvicorn
+
+from canonical.bus import open_bus
+from canonical.errors import SettingsError
+from canonical.settings import load_settings
+
+from .app import build_app
+from .server import make_state, uvicorn_config
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"edge: bad setting {exc}", file=sys.stderr)
+        return 2
+    if settings.embedded:
+        print(
+            "edge: ANDROID_BUS_URL is memory:// — a standalone edge needs the shared bus "
+            "(redis://host:port/db). In embedded mode the edge runs inside `hermes gateway run`.",
+            file=sys.stderr,
+        )
+        return 2
+    bus = open_bus(settings.bus_url)
+    state = make_state(settings, bus)
+    app = build_app(state, own_bus=True)
+    config = uvicorn_config(app, settings)
+    server = uvicorn.Server(config)
+    logging.getLogger("hdg.edge").info(
+        "edge %s listening on %s:%d", state.edge_id, settings.ws_host, settings.ws_port
+    )
+    gc.freeze()  # start-up objects never need scanning again: keeps GC off the hot path
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

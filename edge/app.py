@@ -1,0 +1,86 @@
+"""The edge's ASGI app: `/ws` for both dialects, `/healthz`, `/readyz`, on one port."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from canonical.bus import Bus
+from canonical.protocol import new_id
+
+from .hub import Hub
+from .session import DeviceSession
+
+log = logging.getLogger("hdg.edge")
+
+
+class EdgeState:
+    def __init__(
+        self,
+        bus: Bus,
+        edge_id: str | None = None,
+        *,
+        allowed_origins: frozenset[str] = frozenset(),
+        send_queue_frames: int = 1024,
+    ) -> None:
+        self.bus = bus
+        self.edge_id = edge_id or new_id(6)
+        self.hub = Hub(bus, self.edge_id)
+        self.allowed_origins = allowed_origins
+        self.send_queue_frames = send_queue_frames
+        self.sessions: set[DeviceSession] = set()
+
+
+def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
+    async def ws_endpoint(ws: WebSocket) -> None:
+        origin = ws.headers.get("origin")
+        if origin and state.allowed_origins and origin not in state.allowed_origins:
+            await ws.close(code=1008)
+            return
+        session = DeviceSession(ws, state.hub, send_queue_frames=state.send_queue_frames)
+        state.sessions.add(session)
+        try:
+            await session.run()
+        finally:
+            state.sessions.discard(session)
+
+    async def healthz(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> JSONResponse:
+        bus_ok = await state.bus.ping()
+        body: dict[str, Any] = {
+            "bus": bus_ok,
+            "edge_id": state.edge_id,
+            "connections": len(state.hub.conns),
+        }
+        return JSONResponse(body, status_code=200 if bus_ok else 503)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await state.hub.start()
+        try:
+            yield
+        finally:
+            for conn in list(state.hub.conns.values()):
+                conn.request_close(1001)
+            await state.hub.stop()
+            if own_bus:
+                await state.bus.close()
+
+    return Starlette(
+        routes=[
+            WebSocketRoute("/ws", ws_endpoint),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+        ],
+        lifespan=lifespan,
+    )

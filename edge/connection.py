@@ -1,0 +1,174 @@
+"""One device connection: a bounded send queue drained by its own writer task.
+
+A slow device never stalls the others or the bus reader: frames queue here, streaming
+deltas of one message coalesce to the latest, and a device whose queue stays full is
+closed (it recovers by replay). Cursors make delivery exactly-once across the replay seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from canonical.protocol import COALESCABLE_EVENTS
+
+from .dialects import Dialect
+from .errors import CLOSE_SLOW_CONSUMER
+
+log = logging.getLogger("hdg.edge.conn")
+
+Json = dict[str, Any]
+SendText = Callable[[str], Awaitable[None]]
+CloseFn = Callable[[int, str], Awaitable[None]]
+
+
+class _Item:
+    __slots__ = ("key", "text")
+
+    def __init__(self, text: str | None, key: str | None) -> None:
+        self.text = text
+        self.key = key
+
+
+class Connection:
+    def __init__(
+        self,
+        conn_id: str,
+        dialect: Dialect,
+        tenant: str,
+        device_id: str,
+        send_text: SendText,
+        close: CloseFn,
+        max_frames: int = 1024,
+    ) -> None:
+        self.id = conn_id
+        self.dialect = dialect
+        self.tenant = tenant
+        self.device_id = device_id
+        self._send_text = send_text
+        self._close = close
+        self._max = max_frames
+        self._queue: deque[_Item] = deque()
+        self._live = 0
+        self._coalesce: dict[str, _Item] = {}
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self.closed = False
+        self.close_code: int | None = None
+        self.last_cursor = 0
+        self.replaying = False
+        self._held: list[tuple[Json, str | None]] = []
+        self.frames_out = 0
+
+    def start(self) -> None:
+        self._writer = asyncio.create_task(self._write_loop(), name=f"hdg-writer-{self.id}")
+
+    # -- queueing (called from the bus handler: synchronous, never awaits)
+    def send_frame(self, text: str) -> None:
+        """Queue a frame that is not sequenced (replies, errors, pongs)."""
+        self._enqueue(text, None)
+
+    def offer_event(self, event: Json, text: str | None) -> None:
+        """Queue a sequenced event unless this device already has it."""
+        if self.closed:
+            return
+        if self.replaying:
+            self._held.append((event, text))
+            return
+        cursor = event.get("cursor") or 0
+        if cursor:
+            if cursor <= self.last_cursor:
+                return
+            self.last_cursor = cursor
+        if text is None:
+            return
+        key = None
+        if event.get("type") in COALESCABLE_EVENTS:
+            key = f"{event.get('type')}:{event.get('message_id') or event.get('lane')}"
+        self._enqueue(text, key)
+
+    def begin_replay(self) -> None:
+        self.replaying = True
+
+    def finish_replay(self, events: list[tuple[Json, str | None]]) -> None:
+        """Deliver replayed events, then what arrived live meanwhile, each exactly once."""
+        held, self._held = self._held, []
+        self.replaying = False
+        for event, text in events:
+            self.offer_event(event, text)
+        for event, text in held:
+            self.offer_event(event, text)
+
+    def _enqueue(self, text: str, key: str | None) -> None:
+        if self.closed:
+            return
+        if key is not None:
+            previous = self._coalesce.get(key)
+            if previous is not None and previous.text is not None:
+                # The queued delta is stale: drop it, append the newest at the tail so
+                # cursors stay in order on the wire.
+                previous.text = None
+                self._live -= 1
+        if self._live >= self._max:
+            log.warning("closing slow device conn=%s queued=%d", self.id, self._live)
+            self.closed = True
+            self.close_code = CLOSE_SLOW_CONSUMER
+            self._queue.clear()
+            self._wake.set()
+            return
+        item = _Item(text, key)
+        if key is not None:
+            self._coalesce[key] = item
+        self._queue.append(item)
+        self._live += 1
+        self._wake.set()
+
+    @property
+    def queued(self) -> int:
+        return self._live
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue:
+                    item = self._queue.popleft()
+                    if item.key is not None and self._coalesce.get(item.key) is item:
+                        del self._coalesce[item.key]
+                    if item.text is None:
+                        continue
+                    self._live -= 1
+                    await self._send_text(item.text)
+                    self.frames_out += 1
+                if self.closed:
+                    code = self.close_code or 1000
+                    await self._close(
+                        code, "slow consumer" if code == CLOSE_SLOW_CONSUMER else "closing"
+                    )
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a dead socket ends this connection only
+            log.debug("writer for conn=%s ended: %s", self.id, type(exc).__name__)
+            self.closed = True
+
+    def request_close(self, code: int) -> None:
+        """Close after what is queued has been written."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_code = code
+        self._wake.set()
+
+    async def stop(self) -> None:
+        self.closed = True
+        if self._writer is not None and not self._writer.done():
+            self._writer.cancel()
+            try:
+                await self._writer
+            except (asyncio.CancelledError, Exception):
+                pass

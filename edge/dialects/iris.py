@@ -1,0 +1,215 @@
+"""Iris dialect codec (docs/protocol/iris.md): lanes are (chat_id, thread_id), every
+sequenced event carries `cursor` so a device can resume with `sync`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from canonical.protocol import now_iso
+
+from ..errors import FrameRejected
+from . import fields
+
+Json = dict[str, Any]
+
+IRIS_VERSION = 1
+
+
+def _lane(frame: Json) -> Json:
+    return {
+        "chat_id": fields.req_str(frame, "chat_id", max_len=128),
+        "thread_id": fields.opt_str(frame, "thread_id", max_len=64),
+    }
+
+
+def _message_send(f: Json) -> Json:
+    auto = f.get("auto_thread", False)
+    if not isinstance(auto, bool):
+        raise FrameRejected(
+            "bad_request", "auto_thread must be a JSON boolean", f.get("request_id")
+        )
+    return {
+        **_lane(f),
+        "text": fields.text(f),
+        "client_id": fields.req_str(f, "client_id", max_len=128),
+        "auto_thread": auto,
+        "reply_to": fields.opt_str(f, "reply_to", max_len=64),
+    }
+
+
+def _cursor(f: Json, key: str = "cursor") -> int:
+    value = f.get(key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise FrameRejected(
+            "bad_request", f"{key} must be a non-negative integer", f.get("request_id")
+        )
+    return value
+
+
+def _channel_create(f: Json) -> Json:
+    kind = f.get("kind", "channel")
+    if kind not in ("channel", "thread"):
+        raise FrameRejected("bad_request", "kind must be channel or thread", f.get("request_id"))
+    return {
+        "kind": kind,
+        "name": fields.opt_str(f, "name", max_len=400),
+        "parent_chat_id": fields.opt_str(f, "parent_chat_id", max_len=128),
+    }
+
+
+def _search(f: Json) -> Json:
+    scope = f.get("scope", "all")
+    if scope not in ("all", "chat"):
+        raise FrameRejected("bad_request", "scope must be all or chat", f.get("request_id"))
+    return {
+        "query": fields.text(f, "query", required=False)[:4096],
+        "scope": scope,
+        "chat_id": fields.opt_str(f, "chat_id", max_len=128),
+        "thread_id": fields.opt_str(f, "thread_id", max_len=64),
+        "limit": fields.opt_int(f, "limit", lo=1, hi=200, default=50),
+    }
+
+
+_DECODERS: dict[str, Any] = {
+    "message.send": _message_send,
+    "sync": lambda f: {"cursor": _cursor(f)},
+    "ack": lambda f: {"cursor": _cursor(f)},
+    "read.receipt": lambda f: {
+        "message_id": fields.req_str(f, "message_id", max_len=64),
+        "cursor": _cursor(f),
+    },
+    "run.cancel": lambda f: {**_lane(f), "run_id": fields.opt_str(f, "run_id", max_len=64)},
+    "history": lambda f: {
+        **_lane(f),
+        "limit": fields.opt_int(f, "limit", lo=1, hi=500, default=100),
+        "before_message_id": fields.opt_str(f, "before_message_id", max_len=64),
+    },
+    "channel.list": lambda f: {},
+    "channel.create": _channel_create,
+    "channel.rename": lambda f: {**_lane(f), "name": fields.opt_str(f, "name", max_len=400) or ""},
+    "channel.set_default": lambda f: {"chat_id": fields.req_str(f, "chat_id", max_len=128)},
+    "channel.delete": _lane,
+    "channel.set_automation": lambda f: {
+        "chat_id": fields.req_str(f, "chat_id", max_len=128),
+        "on": fields.req_bool(f, "on"),
+    },
+    "channel.set_threads": lambda f: {
+        "chat_id": fields.req_str(f, "chat_id", max_len=128),
+        "on": fields.req_bool(f, "on"),
+    },
+    "search": _search,
+    "picker.select": lambda f: {
+        "picker_id": fields.req_str(f, "picker_id", max_len=64),
+        "value": fields.req_str(f, "value", max_len=2000),
+    },
+    "fcm.register": lambda f: {"token": fields.req_str(f, "token", max_len=4096)},
+}
+
+_LANE_KEYS = ("chat_id", "thread_id")
+
+
+class IrisDialect:
+    name = "iris"
+
+    def decode(self, frame: Json) -> Json:
+        kind = frame.get("type")
+        if kind == "ping":
+            return {"local": {"type": "pong", "ts": now_iso()}}
+        if kind == "hello":
+            raise FrameRejected("bad_request", "already authenticated", frame.get("request_id"))
+        decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+        if decoder is None:
+            raise FrameRejected(
+                "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
+            )
+        return {"cmd": kind, "args": decoder(frame)}
+
+    def encode_event(self, event: Json) -> Json | None:
+        kind = event["type"]
+        lane = event.get("lane") or (None, None)
+        base: Json = {"chat_id": lane[0], "thread_id": lane[1], "cursor": event.get("cursor")}
+        if kind == "run.accepted":
+            out = {"type": "run.started", **base, "run_id": event["run_id"]}
+            if event.get("client_id") is not None:
+                out["client_id"] = event["client_id"]
+            return out
+        if kind == "message.start":
+            return {
+                "type": "message.start",
+                **base,
+                "run_id": event["run_id"],
+                "message_id": event["message_id"],
+                "role": "assistant",
+            }
+        if kind == "message.delta":
+            return {
+                "type": "message.update",
+                **base,
+                "message_id": event["message_id"],
+                "text": event["text"],
+            }
+        if kind == "message.complete":
+            out = {
+                "type": "message",
+                **base,
+                "message_id": event["message_id"],
+                "role": event.get("role", "assistant"),
+                "kind": event.get("kind", "reply"),
+                "text": event["text"],
+                "ts": event["ts"],
+            }
+            for key in ("run_id", "reasoning", "client_id", "device_id", "cron_job"):
+                if event.get(key) is not None:
+                    out[key] = event[key]
+            return out
+        if kind == "run.finished":
+            out = {
+                "type": "run.finished",
+                **base,
+                "run_id": event["run_id"],
+                "status": event["status"],
+            }
+            if event.get("error"):
+                out["error"] = event["error"]
+            return out
+        if kind == "tool.event":
+            status = event.get("status")
+            name = "tool.start" if status == "running" else "tool.end"
+            body = {
+                k: v
+                for k, v in event.items()
+                if k not in ("type", "lane", "conversation_id", "cursor")
+            }
+            return {"type": name, **base, **body}
+        if kind == "typing":
+            return {
+                "type": "typing",
+                "chat_id": lane[0],
+                "thread_id": lane[1],
+                "on": event.get("on", True),
+            }
+        if kind.startswith(("channel.", "picker.", "commentary", "media.")):
+            body = {k: v for k, v in event.items() if k not in ("lane", "conversation_id")}
+            return body
+        return None
+
+    def encode_reply(self, reply: Json) -> Json | None:
+        if reply.get("type") == "error":
+            frame = self.error_frame(reply["code"], reply["message"], reply.get("request_id"))
+            if reply.get("client_id") is not None:
+                frame["client_id"] = reply["client_id"]
+            return frame
+        if reply.get("dialect_only") not in (None, "iris"):
+            return None
+        return {k: v for k, v in reply.items() if k != "dialect_only"}
+
+    def error_frame(self, code: str, message: str, request_id: Any = None) -> Json:
+        frame: Json = {"type": "error"}
+        if request_id is not None:
+            frame["request_id"] = request_id
+        frame["error"] = {"code": code, "message": message}
+        frame["ts"] = now_iso()
+        return frame
+
+
+__all__ = ["IRIS_VERSION", "IrisDialect", "_LANE_KEYS"]

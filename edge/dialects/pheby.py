@@ -1,0 +1,217 @@
+"""Pheby Protocol v1 codec (spec/pheby-protocol-v1.md), exact field names and codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from canonical.protocol import MAX_HISTORY, now_iso
+
+from ..errors import FrameRejected
+from . import fields
+
+Json = dict[str, Any]
+
+PROTOCOL_VERSION = 1
+APPROVAL_CHOICES = ("once", "session", "always", "deny")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra")
+
+
+def _conversation(frame: Json) -> str:
+    return fields.req_str(frame, "conversation_id", max_len=64)
+
+
+def _args_chat_send(f: Json) -> Json:
+    return {
+        "conversation_id": _conversation(f),
+        "text": fields.text(f),
+        "attachment_ids": fields.str_list(f, "attachment_ids", max_items=10),
+    }
+
+
+def _args_open(f: Json) -> Json:
+    return {
+        "conversation_id": _conversation(f),
+        "limit": fields.opt_int(f, "limit", lo=1, hi=MAX_HISTORY, default=200),
+        "before_message_id": fields.opt_str(f, "before_message_id", max_len=64),
+    }
+
+
+def _args_approval(f: Json) -> Json:
+    choice = f.get("choice")
+    if choice not in APPROVAL_CHOICES:
+        raise FrameRejected(
+            "bad_request", "choice must be once, session, always or deny", f.get("request_id")
+        )
+    return {
+        "approval_id": fields.req_str(f, "approval_id", max_len=64),
+        "choice": choice,
+        "reason": fields.opt_str(f, "reason", max_len=2000),
+    }
+
+
+def _args_reasoning_set(f: Json) -> Json:
+    effort = f.get("effort")
+    if effort not in REASONING_EFFORTS:
+        raise FrameRejected(
+            "bad_request",
+            "effort must be one of " + ", ".join(REASONING_EFFORTS),
+            f.get("request_id"),
+        )
+    return {"effort": effort, "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)}
+
+
+_DECODERS: dict[str, Any] = {
+    "conversation.list": lambda f: {},
+    "conversation.create": lambda f: {"name": fields.opt_str(f, "name", max_len=100)},
+    "conversation.open": _args_open,
+    "conversation.rename": lambda f: {
+        "conversation_id": _conversation(f),
+        "name": fields.req_str(f, "name", max_len=100),
+    },
+    "conversation.delete": lambda f: {"conversation_id": _conversation(f)},
+    "chat.send": _args_chat_send,
+    "run.cancel": lambda f: {
+        "conversation_id": _conversation(f),
+        "run_id": fields.opt_str(f, "run_id", max_len=64),
+    },
+    "approval.respond": _args_approval,
+    "clarify.respond": lambda f: {
+        "clarify_id": fields.req_str(f, "clarify_id", max_len=64),
+        "response": fields.text(f, "response"),
+    },
+    "yolo.current": lambda f: {"conversation_id": _conversation(f)},
+    "yolo.set": lambda f: {
+        "conversation_id": _conversation(f),
+        "enabled": fields.req_bool(f, "enabled"),
+    },
+    "models.list": lambda f: {"conversation_id": fields.opt_str(f, "conversation_id", max_len=64)},
+    "models.current": lambda f: {
+        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)
+    },
+    "model.set": lambda f: {
+        "model": fields.req_str(f, "model", max_len=200),
+        "provider": fields.opt_str(f, "provider", max_len=100),
+        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64),
+    },
+    "reasoning.current": lambda f: {
+        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)
+    },
+    "reasoning.set": _args_reasoning_set,
+}
+
+
+class PhebyDialect:
+    name = "pheby"
+
+    def decode(self, frame: Json) -> Json:
+        kind = frame.get("type")
+        if kind == "ping":
+            return {"local": {"type": "pong", "ts": now_iso()}}
+        if kind == "hello":
+            raise FrameRejected("bad_request", "already authenticated", frame.get("request_id"))
+        decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
+        if decoder is None:
+            raise FrameRejected(
+                "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
+            )
+        return {"cmd": kind, "args": decoder(frame)}
+
+    def encode_event(self, event: Json) -> Json | None:
+        kind = event["type"]
+        cid = event.get("conversation_id")
+        if kind == "run.accepted":
+            out: Json = {"type": kind, "conversation_id": cid, "run_id": event["run_id"]}
+            if event.get("request_id") is not None:
+                out["request_id"] = event["request_id"]
+            return out
+        if kind == "message.start":
+            return {
+                "type": kind,
+                "conversation_id": cid,
+                "run_id": event["run_id"],
+                "message_id": event["message_id"],
+            }
+        if kind == "message.delta":
+            return {
+                "type": kind,
+                "conversation_id": cid,
+                "message_id": event["message_id"],
+                "text": event["text"],
+                "ts": event["ts"],
+            }
+        if kind == "message.complete":
+            if event.get("role") == "user":
+                return None
+            out = {
+                "type": kind,
+                "conversation_id": cid,
+                "message_id": event["message_id"],
+                "text": event["text"],
+                "ts": event["ts"],
+            }
+            if event.get("kind") == "notice":
+                out["kind"] = "notice"
+            return out
+        if kind == "run.finished":
+            out = {
+                "type": kind,
+                "conversation_id": cid,
+                "run_id": event["run_id"],
+                "status": event["status"],
+            }
+            if event.get("status") == "failed":
+                out["error"] = event.get("error") or "run failed"
+            return out
+        if kind == "tool.event":
+            return {
+                k: v
+                for k, v in event.items()
+                if k not in ("cursor", "lane", "chat_id", "thread_id")
+            }
+        if kind in ("channel.created", "channel.renamed"):
+            entry = event["entry"]
+            if entry.get("archived"):
+                return None
+            name = "conversation.renamed" if kind == "channel.renamed" else "conversation.updated"
+            return {
+                "type": name,
+                "conversation_id": entry["conversation_id"],
+                "name": entry["name"],
+            }
+        if kind == "channel.deleted":
+            return {
+                "type": "conversation.deleted",
+                "conversation_id": event["entry"]["conversation_id"],
+            }
+        if kind.startswith(
+            (
+                "approval.",
+                "clarify.",
+                "yolo.",
+                "model.",
+                "reasoning.",
+                "attachment.",
+                "conversation.",
+            )
+        ):
+            return {
+                k: v
+                for k, v in event.items()
+                if k not in ("cursor", "lane", "chat_id", "thread_id")
+            }
+        return None
+
+    def encode_reply(self, reply: Json) -> Json | None:
+        if reply.get("type") == "error":
+            return self.error_frame(reply["code"], reply["message"], reply.get("request_id"))
+        if reply.get("dialect_only") not in (None, "pheby"):
+            return None
+        return {k: v for k, v in reply.items() if k != "dialect_only"}
+
+    def error_frame(self, code: str, message: str, request_id: Any = None) -> Json:
+        frame: Json = {"type": "error"}
+        if request_id is not None:
+            frame["request_id"] = request_id
+        frame["error"] = {"code": code, "message": message}
+        frame["ts"] = now_iso()
+        return frame

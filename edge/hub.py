@@ -1,0 +1,162 @@
+"""The edge's routing table: which connections belong to which tenant, and what the bus says.
+
+Each bus event is parsed once and encoded once per dialect, whatever the number of
+devices. The handler is synchronous: it only queues frames on connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from canonical.bus import Bus, Subscription
+from canonical.protocol import CLOSE, REPLAY, REPLY
+
+from .connection import Connection
+from .dialects import Dialect
+from .dialects.iris import IrisDialect
+from .dialects.pheby import PhebyDialect
+
+log = logging.getLogger("hdg.edge.hub")
+
+Json = dict[str, Any]
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
+
+
+def encode(frame: Json) -> str:
+    return _DUMPS(frame)
+
+
+class Hub:
+    def __init__(self, bus: Bus, edge_id: str) -> None:
+        self.bus = bus
+        self.edge_id = edge_id
+        self.conns: dict[str, Connection] = {}
+        self.by_tenant: dict[str, dict[str, Connection]] = {}
+        self._sub: Subscription | None = None
+        self.frames_in = 0
+        self.events_in = 0
+
+    async def start(self) -> None:
+        self._sub = self.bus.subscription(self.edge_id, self._on_bus, self._on_bus_reconnect)
+        await self._sub.start()
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            await self._sub.close()
+
+    async def attach(self, conn: Connection) -> None:
+        tenant_conns = self.by_tenant.get(conn.tenant)
+        if tenant_conns is None:
+            tenant_conns = self.by_tenant[conn.tenant] = {}
+            if self._sub is not None:
+                await self._sub.add_tenant(conn.tenant)
+        tenant_conns[conn.id] = conn
+        self.conns[conn.id] = conn
+
+    async def detach(self, conn: Connection) -> None:
+        self.conns.pop(conn.id, None)
+        tenant_conns = self.by_tenant.get(conn.tenant)
+        if tenant_conns is not None:
+            tenant_conns.pop(conn.id, None)
+            if not tenant_conns:
+                del self.by_tenant[conn.tenant]
+                if self._sub is not None:
+                    await self._sub.remove_tenant(conn.tenant)
+
+    # -- bus → connections
+    def _on_bus(self, kind: str, channel: str, payload: bytes) -> None:
+        try:
+            message = json.loads(payload)
+        except ValueError:
+            log.warning("dropping undecodable bus message on %s", kind)
+            return
+        if kind == "event":
+            self._fan_out(channel, message)
+        else:
+            self._direct(message)
+
+    def _fan_out(self, tenant: str, event: Json) -> None:
+        conns = self.by_tenant.get(tenant)
+        if not conns:
+            return
+        self.events_in += 1
+        if event.get("type") == "_control":
+            self._control(conns, event)
+            return
+        encoded: dict[str, str | None] = {}
+        for conn in list(conns.values()):
+            name = conn.dialect.name
+            if name not in encoded:
+                frame = conn.dialect.encode_event(event)
+                encoded[name] = encode(frame) if frame is not None else None
+            conn.offer_event(event, encoded[name])
+
+    def _control(self, conns: dict[str, Connection], event: Json) -> None:
+        action = event.get("action")
+        if action == "close_device":
+            for conn in list(conns.values()):
+                if conn.device_id == event.get("device_id"):
+                    conn.request_close(int(event.get("code", 4403)))
+        elif action == "close_all":
+            for conn in list(conns.values()):
+                conn.request_close(int(event.get("code", 4401)))
+
+    def _direct(self, message: Json) -> None:
+        conn = self.conns.get(str(message.get("conn")))
+        if conn is None:
+            return
+        kind = message.get("kind")
+        body = message.get("body")
+        if kind == REPLY and isinstance(body, dict):
+            frame = conn.dialect.encode_reply(body)
+            if frame is not None:
+                conn.send_frame(encode(frame))
+        elif kind == REPLAY and isinstance(body, dict):
+            self._replay(conn, body)
+        elif kind == CLOSE and isinstance(body, dict):
+            if body.get("frame") is not None:
+                frame = conn.dialect.encode_reply(body["frame"])
+                if frame is not None:
+                    conn.send_frame(encode(frame))
+            conn.request_close(int(body.get("code", 1000)))
+
+    def _replay(self, conn: Connection, body: Json) -> None:
+        for reply in body.get("before") or []:
+            frame = conn.dialect.encode_reply(reply)
+            if frame is not None:
+                conn.send_frame(encode(frame))
+        events = []
+        for event in body.get("events") or []:
+            frame = conn.dialect.encode_event(event)
+            events.append((event, encode(frame) if frame is not None else None))
+        conn.finish_replay(events)
+
+    def _on_bus_reconnect(self) -> None:
+        """The doorbell was down: every iris device resyncs from its cursor."""
+        for conn in list(self.conns.values()):
+            if conn.dialect.name == "iris" and not conn.replaying:
+                conn.begin_replay()
+                asyncio.get_running_loop().create_task(self._resync(conn))
+
+    async def _resync(self, conn: Connection) -> None:
+        command = {
+            "cmd": "sync",
+            "edge": self.edge_id,
+            "conn": conn.id,
+            "dialect": conn.dialect.name,
+            "device_id": conn.device_id,
+            "args": {"cursor": conn.last_cursor},
+            "internal": True,
+        }
+        for attempt in range(50):
+            try:
+                await self.bus.submit(conn.tenant, command)
+                return
+            except Exception:
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        conn.finish_replay([])

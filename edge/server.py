@@ -1,0 +1,67 @@
+"""Running the edge on uvicorn (websockets Sans-I/O), standalone or inside the gateway."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Generator
+from typing import Any
+
+import uvicorn
+
+from canonical.protocol import MAX_FRAME_BYTES
+from canonical.settings import GatewaySettings
+
+from .app import EdgeState, build_app
+
+
+def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvicorn.Config:
+    ssl: dict[str, Any] = {}
+    if settings.ws_cert and settings.ws_key:
+        ssl = {"ssl_certfile": str(settings.ws_cert), "ssl_keyfile": str(settings.ws_key)}
+    options: dict[str, Any] = {
+        "host": settings.ws_host,
+        "port": settings.ws_port,
+        "ws": "websockets-sansio",
+        # Larger than our 2 MiB frame limit so an oversize frame gets a `too_large`
+        # error and the connection stays usable; beyond this uvicorn closes with 1009.
+        "ws_max_size": 8 * MAX_FRAME_BYTES,
+        "ws_ping_interval": 20.0,
+        "ws_ping_timeout": 20.0,
+        "ws_per_message_deflate": False,
+        "log_level": "warning",
+        "access_log": False,
+        "lifespan": "on",
+        "timeout_graceful_shutdown": 5,
+        **ssl,
+    }
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
+
+
+class EmbeddedServer(uvicorn.Server):
+    """uvicorn inside another program's event loop: leave its signal handlers alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def make_state(settings: GatewaySettings, bus: Any) -> EdgeState:
+    return EdgeState(
+        bus,
+        settings.edge_id,
+        allowed_origins=settings.origin_allowlist,
+        send_queue_frames=settings.send_queue_frames,
+    )
+
+
+def bind_check(host: str, port: int) -> None:
+    """Raise OSError now if the port cannot be bound, so start-up fails with a clear message."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+
+
+__all__ = ["EdgeState", "EmbeddedServer", "bind_check", "build_app", "make_state", "uvicorn_config"]

@@ -1,0 +1,334 @@
+"""The life of one WebSocket: hello and auth, then frames in, commands out.
+
+Auth: the first frame must be `hello` within 10 s. The token's digest resolves the tenant
+through the bus (constant-time compare); failures count towards a per-address lockout
+held on the bus, so it holds across every edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from canonical.errors import BusUnavailable
+from canonical.protocol import (
+    HELLO_TIMEOUT_S,
+    LOCKOUT_FAILURES,
+    LOCKOUT_WINDOW_S,
+    MAX_FRAME_BYTES,
+    new_id,
+    now_iso,
+)
+
+from . import dialects
+from .connection import Connection
+from .dialects.iris import IRIS_VERSION
+from .dialects.pheby import PROTOCOL_VERSION
+from .errors import (
+    CLOSE_AUTH_TIMEOUT,
+    CLOSE_LOCKED_OUT,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_UNAVAILABLE,
+    CLOSE_VERSION_MISMATCH,
+    FrameRejected,
+)
+from .hub import DIALECTS, Hub, encode
+from .ratelimit import TokenBucket
+
+log = logging.getLogger("hdg.edge.session")
+
+Json = dict[str, Any]
+
+
+class _Refused(Exception):
+    def __init__(
+        self, dialect: str, code: str, message: str, close: int, request_id: Any = None
+    ) -> None:
+        super().__init__(message)
+        self.dialect = dialect
+        self.code = code
+        self.message = message
+        self.close = close
+        self.request_id = request_id
+
+
+async def _receive_frame(ws: WebSocket) -> str | None:
+    message = await ws.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    text = message.get("text")
+    if text is None and message.get("bytes") is not None:
+        data: bytes = message["bytes"]
+        if len(data) > MAX_FRAME_BYTES:
+            return "\x00too_large"
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return "\x00invalid"
+    if (
+        text is not None
+        and len(text) > MAX_FRAME_BYTES // 4
+        and len(text.encode("utf-8")) > MAX_FRAME_BYTES
+    ):
+        return "\x00too_large"
+    return text
+
+
+class DeviceSession:
+    def __init__(self, ws: WebSocket, hub: Hub, *, send_queue_frames: int = 1024) -> None:
+        self.ws = ws
+        self.hub = hub
+        self.bus = hub.bus
+        self.source = ws.client.host if ws.client else "unknown"
+        self.send_queue_frames = send_queue_frames
+        self.conn: Connection | None = None
+        self.bucket = TokenBucket(rate=50.0, burst=200.0)
+
+    async def _send_now(self, frame: Json) -> None:
+        await self.ws.send_text(encode(frame))
+
+    async def run(self) -> None:
+        await self.ws.accept()
+        try:
+            if await self.bus.lockout_count(self.source) >= LOCKOUT_FAILURES:
+                await self._send_now(
+                    DIALECTS["pheby"].error_frame(
+                        "rate_limited", "too many failed hellos; try again later"
+                    )
+                )
+                await self.ws.close(CLOSE_LOCKED_OUT)
+                return
+        except BusUnavailable:
+            await self._unavailable()
+            return
+        try:
+            conn = await self._hello()
+        except _Refused as refused:
+            await self._send_now(
+                DIALECTS[refused.dialect].error_frame(
+                    refused.code, refused.message, refused.request_id
+                )
+            )
+            await self.ws.close(refused.close)
+            return
+        except BusUnavailable:
+            await self._unavailable()
+            return
+        except WebSocketDisconnect:
+            return
+        self.conn = conn
+        try:
+            await self._frames(conn)
+        except WebSocketDisconnect:
+            pass
+        finally:
+            await self.hub.detach(conn)
+            await conn.stop()
+            try:
+                await self.bus.set_presence(conn.tenant, conn.device_id, None)
+            except BusUnavailable:
+                pass
+
+    async def _unavailable(self) -> None:
+        try:
+            await self._send_now(
+                DIALECTS["pheby"].error_frame(
+                    "unavailable", "the gateway bus is unreachable; retry shortly"
+                )
+            )
+            await self.ws.close(CLOSE_UNAVAILABLE)
+        except Exception:
+            pass
+
+    async def _fail_hello(
+        self, dialect: str, code: str, message: str, close: int, request_id: Any = None
+    ) -> None:
+        count = await self.bus.lockout_hit(self.source, LOCKOUT_WINDOW_S)
+        log.info("hello refused source=%s code=%s failures=%d", self.source, code, count)
+        raise _Refused(dialect, code, message, close, request_id)
+
+    async def _hello(self) -> Connection:
+        try:
+            raw = await asyncio.wait_for(_receive_frame(self.ws), HELLO_TIMEOUT_S)
+        except TimeoutError:
+            raise _Refused(
+                "pheby", "auth_timeout", "no hello within 10 seconds", CLOSE_AUTH_TIMEOUT
+            ) from None
+        try:
+            hello = json.loads(raw) if raw is not None and not raw.startswith("\x00") else None
+        except ValueError:
+            hello = None
+        if not isinstance(hello, dict):
+            await self._fail_hello(
+                "pheby", "invalid_json", "the first frame must be a JSON hello", CLOSE_UNAUTHORIZED
+            )
+            raise AssertionError("unreachable")
+        dialect = dialects.detect(hello)
+        request_id = hello.get("request_id")
+        if dialect is None:
+            await self._fail_hello(
+                "pheby",
+                "unauthorized",
+                "the first frame must be hello",
+                CLOSE_UNAUTHORIZED,
+                request_id,
+            )
+        assert dialect is not None
+        token = hello.get("secret") if dialect == "pheby" else hello.get("token")
+        if dialect == "pheby":
+            version = hello.get("protocol_version")
+            if version != PROTOCOL_VERSION:
+                await self._fail_hello(
+                    dialect,
+                    "version_mismatch",
+                    f"server speaks protocol_version {PROTOCOL_VERSION}",
+                    CLOSE_VERSION_MISMATCH,
+                    request_id,
+                )
+        else:
+            version = hello.get("version", IRIS_VERSION)
+            if version != IRIS_VERSION:
+                await self._fail_hello(
+                    dialect,
+                    "version_mismatch",
+                    f"server speaks iris version {IRIS_VERSION}",
+                    CLOSE_VERSION_MISMATCH,
+                    request_id,
+                )
+        tenant = (
+            await self.bus.resolve_tenant(token)
+            if isinstance(token, str) and 0 < len(token) <= 512
+            else None
+        )
+        if tenant is None:
+            await self._fail_hello(
+                dialect, "unauthorized", "invalid credentials", CLOSE_UNAUTHORIZED, request_id
+            )
+        assert tenant is not None
+        device_id = hello.get("device_id") if dialect == "iris" else None
+        if dialect == "iris" and (not isinstance(device_id, str) or not 0 < len(device_id) <= 128):
+            raise _Refused(
+                dialect, "bad_request", "device_id is required", CLOSE_UNAUTHORIZED, request_id
+            )
+        conn_id = new_id(8)
+        conn = Connection(
+            conn_id,
+            DIALECTS[dialect],
+            tenant,
+            str(device_id or f"pheby-{conn_id}"),
+            self.ws.send_text,
+            self.ws.close,
+            self.send_queue_frames,
+        )
+        if dialect == "iris":
+            cursor = hello.get("cursor")
+            conn.last_cursor = (
+                cursor
+                if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor > 0
+                else 0
+            )
+            conn.begin_replay()
+        await self.hub.attach(conn)
+        conn.start()
+        if dialect == "pheby":
+            ready: Json = {
+                "type": "ready",
+                "protocol_version": PROTOCOL_VERSION,
+                "server": "pheby",
+                "ts": now_iso(),
+            }
+            if request_id is not None:
+                ready["request_id"] = request_id
+            conn.send_frame(encode(ready))
+        else:
+            # The plugin answers with hello.ack (directory, sync cursor) and the replay.
+            await self._submit(
+                conn,
+                "hello",
+                {
+                    "device_name": str(hello.get("device_name") or "")[:128],
+                    "caps": hello.get("caps") if isinstance(hello.get("caps"), list) else [],
+                    "cursor": conn.last_cursor,
+                    "fcm_token": hello.get("fcm_token")
+                    if isinstance(hello.get("fcm_token"), str)
+                    else None,
+                    "request_id": request_id,
+                },
+                request_id,
+            )
+        await self.bus.set_presence(
+            tenant,
+            conn.device_id,
+            {"edge": self.hub.edge_id, "conn": conn_id, "since": now_iso(), "dialect": dialect},
+        )
+        return conn
+
+    async def _submit(self, conn: Connection, cmd: str, args: Json, request_id: Any) -> None:
+        await self.bus.submit(
+            conn.tenant,
+            {
+                "cmd": cmd,
+                "edge": self.hub.edge_id,
+                "conn": conn.id,
+                "dialect": conn.dialect.name,
+                "device_id": conn.device_id,
+                "request_id": request_id,
+                "args": args,
+                "ts": now_iso(),
+            },
+        )
+
+    async def _frames(self, conn: Connection) -> None:
+        while not conn.closed:
+            raw = await _receive_frame(self.ws)
+            self.hub.frames_in += 1
+            request_id: Any = None
+            try:
+                if raw is None or raw == "\x00invalid":
+                    raise FrameRejected("invalid_json", "frames must be UTF-8 JSON text")
+                if raw == "\x00too_large":
+                    raise FrameRejected(
+                        "too_large", f"frames are limited to {MAX_FRAME_BYTES} bytes"
+                    )
+                if not self.bucket.take():
+                    raise FrameRejected("rate_limited", "too many frames; slow down")
+                try:
+                    frame = json.loads(raw)
+                except ValueError:
+                    raise FrameRejected("invalid_json", "frame is not valid JSON") from None
+                if not isinstance(frame, dict):
+                    raise FrameRejected("invalid_json", "frame must be a JSON object")
+                request_id = frame.get("request_id")
+                if request_id is not None and not isinstance(request_id, (str, int)):
+                    raise FrameRejected("bad_request", "request_id must be a string")
+                decoded = conn.dialect.decode(frame)
+                if "local" in decoded:
+                    local = decoded["local"]
+                    if request_id is not None:
+                        local["request_id"] = request_id
+                    conn.send_frame(encode(local))
+                    continue
+                if decoded["cmd"] == "sync":
+                    conn.begin_replay()
+                await self._submit(conn, decoded["cmd"], decoded["args"], request_id)
+            except FrameRejected as rejected:
+                rid = rejected.request_id if rejected.request_id is not None else request_id
+                conn.send_frame(
+                    encode(conn.dialect.error_frame(rejected.code, rejected.message, rid))
+                )
+            except BusUnavailable:
+                if conn.replaying:
+                    conn.finish_replay([])
+                conn.send_frame(
+                    encode(
+                        conn.dialect.error_frame(
+                            "unavailable",
+                            "the gateway is unreachable right now; retry shortly",
+                            request_id,
+                        )
+                    )
+                )

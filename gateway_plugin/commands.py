@@ -1,0 +1,479 @@
+"""Device commands, one handler each. Replies go to the asking connection only;
+state changes are events every device sees."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from canonical.protocol import MAX_HISTORY, REPLAY, error_body, now_iso
+
+from .channel_store import ChannelEntry, ChannelError
+from .errors import CommandError
+from .titles import derive_title
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+log = logging.getLogger("hdg.plugin.commands")
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+SERVER_CAPS = ["streaming", "channels", "threads", "auto_thread", "search", "sync", "cursor_ack"]
+
+
+def _lane(entry: ChannelEntry) -> Lane:
+    return (entry.chat_id, entry.thread_id)
+
+
+class CommandHandler:
+    def __init__(self, controller: Controller) -> None:
+        self.c = controller
+
+    async def handle(self, command: Json) -> None:
+        name = str(command.get("cmd"))
+        handler = getattr(self, "cmd_" + name.replace(".", "_"), None)
+        request_id = command.get("request_id")
+        if handler is None:
+            await self.c.reply(
+                command, error_body("not_implemented", f"{name} is not available yet", request_id)
+            )
+            return
+        try:
+            await handler(command, command.get("args") or {})
+        except CommandError as exc:
+            body = error_body(exc.code, exc.message, request_id)
+            if (command.get("args") or {}).get("client_id") is not None:
+                body["client_id"] = command["args"]["client_id"]
+            await self.c.reply(command, body)
+        except ChannelError as exc:
+            code = exc.code
+            if command.get("dialect") == "pheby":
+                code = {
+                    "not_found": "conversation_not_found",
+                    "archived": "conversation_not_found",
+                    "unsupported": "bad_request",
+                }.get(code, code)
+            await self.c.reply(command, error_body(code, str(exc), request_id))
+
+    # -- helpers
+    def _entry_for_conversation(self, conversation_id: str) -> ChannelEntry:
+        entry = self.c.channels.get_by_conversation_id(conversation_id)
+        if entry is None or entry.archived:
+            raise CommandError("conversation_not_found", "Conversation not found")
+        return entry
+
+    def _entry_for_lane(self, chat_id: str, thread_id: str | None) -> ChannelEntry:
+        entry = self.c.channels.get(chat_id, thread_id)
+        if entry is None:
+            raise CommandError(
+                "not_found",
+                f"unknown chat {chat_id}" + (f" thread {thread_id}" if thread_id else ""),
+            )
+        if entry.archived:
+            raise CommandError("archived", "that channel is archived")
+        return entry
+
+    def _broadcast_entry(self, kind: str, entry: ChannelEntry, **extra: Any) -> None:
+        self.c.emit(
+            [
+                {
+                    "type": kind,
+                    "lane": [entry.chat_id, entry.thread_id],
+                    "conversation_id": entry.conversation_id,
+                    "entry": entry.to_wire(),
+                    **extra,
+                }
+            ]
+        )
+
+    def _directory(self) -> list[Json]:
+        return [e.to_wire() for e in self.c.channels.list(include_archived=False)]
+
+    # -- iris session
+    async def cmd_hello(self, command: Json, args: Json) -> None:
+        device_id = str(command.get("device_id"))
+        allowed = self.c.settings.allowed_user_ids
+        if allowed and device_id not in allowed and not self.c.settings.allow_all_users:
+            frame = error_body("unauthorized", "this device is not allowed", args.get("request_id"))
+            await self.c.reply(command, {"code": 4401, "frame": frame}, kind="close")
+            return
+        cursor = int(args.get("cursor") or 0)
+        events, gap = self.c.outbox.since(cursor) if cursor > 0 else ([], False)
+        head = self.c.outbox.head()
+        ack: Json = {
+            "type": "hello.ack",
+            "version": 1,
+            "server_caps": SERVER_CAPS,
+            "device_id": device_id,
+            "sync_cursor": head,
+            "gap": gap,
+            "channels": self._directory(),
+            "ts": now_iso(),
+        }
+        if args.get("request_id") is not None:
+            ack["request_id"] = args["request_id"]
+        if cursor > 0:
+            self.c.outbox.ack(device_id, cursor)
+        await self.c.reply(command, {"before": [ack], "events": events}, kind=REPLAY)
+
+    async def cmd_sync(self, command: Json, args: Json) -> None:
+        cursor = int(args.get("cursor") or 0)
+        events, gap = self.c.outbox.since(cursor)
+        before: list[Json] = []
+        if not command.get("internal"):
+            done: Json = {
+                "type": "sync.ack",
+                "from": cursor,
+                "head": self.c.outbox.head(),
+                "count": len(events),
+                "gap": gap,
+            }
+            if command.get("request_id") is not None:
+                done["request_id"] = command["request_id"]
+            before.append(done)
+        elif gap:
+            before.append(
+                {
+                    "type": "sync.ack",
+                    "from": cursor,
+                    "head": self.c.outbox.head(),
+                    "count": len(events),
+                    "gap": gap,
+                }
+            )
+        await self.c.reply(command, {"before": before, "events": events}, kind=REPLAY)
+
+    async def cmd_ack(self, command: Json, args: Json) -> None:
+        self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
+
+    async def cmd_read_receipt(self, command: Json, args: Json) -> None:
+        if args.get("cursor"):
+            self.c.outbox.ack(str(command.get("device_id")), int(args["cursor"]))
+
+    # -- sending
+    def _idem_key(self, command: Json, lane_key: str, text: str) -> str | None:
+        args = command.get("args") or {}
+        if command.get("dialect") == "iris":
+            return f"iris:{args['client_id']}"
+        request_id = command.get("request_id")
+        if request_id is None:
+            return None
+        # Pheby request ids are client-chosen and may repeat across sessions ("r1"),
+        # so a retry is the same id for the same conversation and the same text.
+        digest = hashlib.sha256(f"{lane_key}\x00{request_id}\x00{text}".encode()).hexdigest()
+        return f"pheby:{digest}"
+
+    async def _ack_send(self, command: Json, result: Json) -> None:
+        if command.get("dialect") == "iris":
+            await self.c.reply(command, {"type": "message.ack", **result})
+        else:
+            await self.c.reply(
+                command,
+                {
+                    "type": "run.accepted",
+                    "conversation_id": result["conversation_id"],
+                    "run_id": result["run_id"],
+                    "request_id": command.get("request_id"),
+                },
+            )
+
+    async def cmd_chat_send(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        await self._send(command, entry, str(args["text"]), client_id=None)
+
+    async def cmd_message_send(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
+        text = str(args["text"])
+        key = f"iris:{args['client_id']}"
+        if (
+            self.c.outbox.idem_get(key) is None
+            and args.get("auto_thread")
+            and entry.thread_id is None
+        ):
+            if entry.kind == "default" and not text.lstrip().startswith("/"):
+                entry = self.c.channels.create_thread(
+                    entry.chat_id, derive_title(text), auto=True, name_source="derived"
+                )
+                self._broadcast_entry("channel.created", entry, auto=True)
+        await self._send(command, entry, text, client_id=str(args["client_id"]))
+
+    async def _send(
+        self, command: Json, entry: ChannelEntry, text: str, *, client_id: str | None
+    ) -> None:
+        lane = _lane(entry)
+        key = self._idem_key(command, f"{lane[0]}|{lane[1]}", text)
+        if key is not None:
+            seen = self.c.outbox.idem_get(key)
+            if seen is not None:
+                result, dispatched = seen
+                await self._ack_send(command, result)
+                if not dispatched and result.get("run_id") and self.c.turns.active(lane) is None:
+                    # Accepted before a crash but never handed to Hermes: finish the job.
+                    self.c.turns.accept(
+                        lane,
+                        entry.conversation_id,
+                        run_id=result["run_id"],
+                        request_id=command.get("request_id"),
+                        client_id=client_id,
+                    )
+                    await self._dispatch(command, entry, text, result["run_id"], key)
+                return
+        if entry.automation:
+            raise CommandError("unsupported", "automation channels are read-only")
+        is_command = text.lstrip().startswith("/")
+        active = self.c.turns.active(lane)
+        device_id = str(command.get("device_id"))
+        echo: Json = {
+            "type": "message.complete",
+            "lane": list(lane),
+            "conversation_id": entry.conversation_id,
+            "message_id": f"u-{client_id or command.get('request_id') or now_iso()}",
+            "role": "user",
+            "kind": "user",
+            "text": text,
+            "device_id": device_id,
+            "ts": now_iso(),
+        }
+        if client_id is not None:
+            echo["client_id"] = client_id
+        if active is not None:
+            if not is_command:
+                raise CommandError("run_active", "a run is already active in this conversation")
+            # Slash commands reach Hermes' command pipeline while a run is active (/stop).
+            result = {
+                "conversation_id": entry.conversation_id,
+                "chat_id": lane[0],
+                "thread_id": lane[1],
+                "run_id": active.run_id,
+                "client_id": client_id,
+            }
+            self.c.publish(self.c.outbox.record_send(key, result, [echo], None))
+            await self._ack_send(command, result)
+            await self._dispatch(command, entry, text, None, key)
+            return
+        run, events = self.c.turns.accept(
+            lane, entry.conversation_id, request_id=command.get("request_id"), client_id=client_id
+        )
+        result = {
+            "conversation_id": entry.conversation_id,
+            "chat_id": lane[0],
+            "thread_id": lane[1],
+            "run_id": run.run_id,
+            "client_id": client_id,
+        }
+        sequenced = self.c.outbox.record_send(
+            key,
+            result,
+            [echo, *events],
+            {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
+        )
+        self.c.publish(sequenced)
+        if command.get("dialect") == "iris":
+            # Pheby's broadcast run.accepted carries the request_id: that is its reply.
+            await self._ack_send(command, result)
+        await self._dispatch(command, entry, text, run.run_id, key)
+
+    async def _dispatch(
+        self, command: Json, entry: ChannelEntry, text: str, run_id: str | None, key: str | None
+    ) -> None:
+        device_id = str(command.get("device_id") or "device")
+        await self.c.agent.submit(
+            _lane(entry),
+            text,
+            user_id=device_id,
+            user_name=device_id,
+            run_id=run_id,
+            chat_name=entry.name,
+        )
+        if key is not None:
+            self.c.outbox.mark_dispatched(key)
+
+    async def cmd_run_cancel(self, command: Json, args: Json) -> None:
+        if command.get("dialect") == "pheby":
+            lane = _lane(self._entry_for_conversation(str(args["conversation_id"])))
+        else:
+            lane = _lane(self._entry_for_lane(str(args["chat_id"]), args.get("thread_id")))
+        run = self.c.turns.active(lane)
+        wanted = args.get("run_id")
+        if run is None or (wanted is not None and wanted != run.run_id):
+            raise CommandError("not_found", "no such active run")
+        await self.c.agent.interrupt(lane, user_id=str(command.get("device_id")))
+
+    # -- conversations (pheby)
+    async def cmd_conversation_list(self, command: Json, args: Json) -> None:
+        conversations = []
+        for entry in self.c.channels.list(include_archived=False):
+            session_id, last_active = self.c.transcript.latest(_lane(entry))
+            conversations.append(
+                {
+                    "conversation_id": entry.conversation_id,
+                    "name": entry.name,
+                    "session_id": session_id,
+                    "last_active": last_active,
+                    "source": "hermes",
+                }
+            )
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.snapshot",
+                "request_id": command.get("request_id"),
+                "conversations": conversations,
+            },
+        )
+
+    async def cmd_conversation_create(self, command: Json, args: Json) -> None:
+        name = args.get("name") or "New chat"
+        entry = self.c.channels.create_channel(name)
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.created",
+                "conversation_id": entry.conversation_id,
+                "name": entry.name,
+                "request_id": command.get("request_id"),
+            },
+        )
+        self._broadcast_entry("channel.created", entry)
+
+    async def cmd_conversation_rename(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        renamed, _ = self.c.channels.rename(
+            entry.chat_id, entry.thread_id, str(args["name"]), "user"
+        )
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.renamed",
+                "conversation_id": renamed.conversation_id,
+                "name": renamed.name,
+                "request_id": command.get("request_id"),
+            },
+        )
+        self._broadcast_entry("channel.renamed", renamed)
+
+    async def cmd_conversation_delete(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        self.c.agent.delete_transcript(_lane(entry))
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.deleted",
+                "conversation_id": entry.conversation_id,
+                "request_id": command.get("request_id"),
+            },
+        )
+        if entry.kind != "default":
+            self._broadcast_entry(
+                "channel.deleted", self.c.channels.delete(entry.chat_id, entry.thread_id)
+            )
+
+    async def cmd_conversation_open(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        limit = min(int(args.get("limit") or 200), MAX_HISTORY)
+        messages, has_more = self.c.transcript.messages(
+            _lane(entry), limit, args.get("before_message_id")
+        )
+        run = self.c.turns.active(_lane(entry))
+        run_state = None
+        if run is not None:
+            run_state = {
+                "run_id": run.run_id,
+                "status": "running",
+                "message_id": run.message_id,
+                "text": run.text(),
+            }
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.history",
+                "conversation_id": entry.conversation_id,
+                "request_id": command.get("request_id"),
+                "messages": messages,
+                "has_more": has_more,
+                "attachments": [],
+                "run": run_state,
+                "tools": [],
+                "approvals": [],
+                "clarifications": [],
+            },
+        )
+
+    # -- iris history and channels
+    async def cmd_history(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
+        messages, has_more = self.c.transcript.messages(
+            _lane(entry), int(args.get("limit") or 100), args.get("before_message_id")
+        )
+        await self.c.reply(
+            command,
+            {
+                "type": "history",
+                "request_id": command.get("request_id"),
+                "chat_id": entry.chat_id,
+                "thread_id": entry.thread_id,
+                "messages": messages,
+                "has_more": has_more,
+            },
+        )
+
+    async def _result(self, command: Json, entry: ChannelEntry) -> None:
+        await self.c.reply(
+            command,
+            {
+                "type": "result",
+                "op": command.get("cmd"),
+                "request_id": command.get("request_id"),
+                "entry": entry.to_wire(),
+            },
+        )
+
+    async def cmd_channel_list(self, command: Json, args: Json) -> None:
+        await self.c.reply(
+            command,
+            {
+                "type": "channel.list",
+                "request_id": command.get("request_id"),
+                "channels": self._directory(),
+            },
+        )
+
+    async def cmd_channel_create(self, command: Json, args: Json) -> None:
+        if args.get("kind") == "thread":
+            parent = args.get("parent_chat_id") or self.c.settings.home_channel
+            entry = self.c.channels.create_thread(str(parent), args.get("name") or "New thread")
+        else:
+            entry = self.c.channels.create_channel(args.get("name") or "")
+        await self._result(command, entry)
+        self._broadcast_entry("channel.created", entry, auto=False)
+
+    async def cmd_channel_rename(self, command: Json, args: Json) -> None:
+        entry, changed = self.c.channels.rename(
+            str(args["chat_id"]), args.get("thread_id"), str(args.get("name") or ""), "user"
+        )
+        await self._result(command, entry)
+        if changed:
+            self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_set_default(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_default(str(args["chat_id"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_delete(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.delete(str(args["chat_id"]), args.get("thread_id"))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.deleted", entry)
+
+    async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_set_threads(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_threads_enabled(str(args["chat_id"]), bool(args["on"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)

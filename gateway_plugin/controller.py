@@ -1,0 +1,289 @@
+"""The plugin's controller: the single sequencer between Hermes and the devices.
+
+It owns the outbox and the channel directory, consumes device commands from the bus,
+and turns what Hermes sends into sequenced canonical events, published in cursor order.
+No Hermes import here: Hermes is reached through `AgentPort` (see hermes_bridge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from canonical.bus import Bus, direct_envelope
+from canonical.errors import BusUnavailable
+from canonical.protocol import REPLY, error_body
+from canonical.settings import GatewaySettings
+
+from .channel_store import ChannelDirectory, ChannelEntry
+from .commands import CommandHandler
+from .outbox import Outbox
+from .ports import AgentPort
+from .transcript import Transcript
+from .turns import Run, TurnTracker, classify, notice_events
+
+log = logging.getLogger("hdg.plugin")
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        bus: Bus,
+        *,
+        tenant: str,
+        token: str,
+        data_dir: Path,
+        state_db: Path,
+        agent: AgentPort,
+    ) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.tenant = tenant
+        self.token = token
+        self.data_dir = data_dir
+        self.agent = agent
+        self.outbox = Outbox(data_dir / "outbox.db")
+        self.channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
+        self.transcript = Transcript(state_db)
+        self.turns = TurnTracker()
+        self.commands = CommandHandler(self)
+        self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._consumer_name = f"plugin-{tenant}"
+        self.running = False
+
+    # -- lifecycle
+    async def start(self) -> None:
+        self.channels.ensure_default()
+        await self.bus.register_tenant(self.tenant, self.token)
+        self.running = True
+        self._tasks = [
+            asyncio.create_task(self._publisher(), name="hdg-publisher"),
+            asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
+            asyncio.create_task(self._consumer(), name="hdg-consumer"),
+        ]
+
+    async def stop(self) -> None:
+        self.running = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._tasks = []
+        self.outbox.close()
+        self.channels.close()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(10)
+            try:
+                await self.bus.register_tenant(self.tenant, self.token)
+            except BusUnavailable:
+                log.warning("bus unavailable; tenant heartbeat will retry")
+
+    # -- events out
+    def emit(self, events: list[Json]) -> list[Json]:
+        """Sequence events in the outbox, then ring the doorbell (in cursor order)."""
+        if not events:
+            return []
+        sequenced = self.outbox.append(events)
+        self.publish(sequenced)
+        return sequenced
+
+    def publish(self, sequenced: list[Json]) -> None:
+        for event in sequenced:
+            self._publish_queue.put_nowait(_DUMPS(event).encode())
+
+    async def _publisher(self) -> None:
+        while True:
+            payload = await self._publish_queue.get()
+            try:
+                await self.bus.publish(self.tenant, payload)
+            except BusUnavailable:
+                # The outbox has it; edges resync every device from its cursor when
+                # their subscription comes back, so dropping the doorbell loses nothing.
+                log.warning("bus unavailable; event kept in the outbox for replay")
+
+    async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
+        edge, conn = command.get("edge"), command.get("conn")
+        if not edge or not conn:
+            return
+        try:
+            await self.bus.reply(str(edge), direct_envelope(str(conn), kind, body))
+        except BusUnavailable:
+            log.warning(
+                "bus unavailable; reply to conn=%s lost (client retries idempotently)", conn
+            )
+
+    # -- commands in
+    async def _consumer(self) -> None:
+        await self.agent.wait_ready()
+        backoff = 0.1
+        first = True
+        while True:
+            try:
+                if first:
+                    # Entries a crashed plugin took but never acked: their effects are
+                    # idempotent, so running them again is safe.
+                    batch = await self.bus.reclaim(self.tenant, self._consumer_name, 0)
+                    first = False
+                    if batch:
+                        log.info("reclaimed %d pending commands", len(batch))
+                    await self._handle_batch(batch)
+                    self._close_stale_runs()
+                    continue
+                batch = await self.bus.consume(self.tenant, self._consumer_name, 64, 1000)
+                backoff = 0.1
+            except BusUnavailable:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                first = True
+                continue
+            await self._handle_batch(batch)
+
+    async def _handle_batch(self, batch: list[tuple[str, Json]]) -> None:
+        for entry_id, command in batch:
+            try:
+                await self.commands.handle(command)
+            except Exception:
+                log.exception("command %s failed", command.get("cmd"))
+                await self.reply(
+                    command,
+                    error_body(
+                        "internal_error",
+                        "the gateway failed to handle this request",
+                        command.get("request_id"),
+                    ),
+                )
+            try:
+                await self.bus.ack(self.tenant, entry_id)
+            except BusUnavailable:
+                log.warning("could not ack %s; it will be reclaimed and deduplicated", entry_id)
+
+    def _close_stale_runs(self) -> None:
+        """Runs a previous process accepted but never finished: say so, never leave them open."""
+        for stale in self.outbox.active_runs():
+            lane = (stale["lane"][0], stale["lane"][1])
+            active = self.turns.active(lane)
+            if active is not None and active.run_id == stale["run_id"]:
+                continue
+            base = {
+                "lane": list(lane),
+                "conversation_id": stale["conversation_id"],
+                "run_id": stale["run_id"],
+            }
+            self.emit(
+                [
+                    {
+                        **base,
+                        "type": "message.complete",
+                        "message_id": f"draft-{stale['run_id']}",
+                        "role": "assistant",
+                        "kind": "reply",
+                        "text": "",
+                        "ts": _now(),
+                    },
+                    {
+                        **base,
+                        "type": "run.finished",
+                        "status": "failed",
+                        "error": "interrupted by a gateway restart",
+                    },
+                ]
+            )
+            self.outbox.finish_run(stale["run_id"])
+
+    # -- Hermes → devices (called by the adapter on the gateway loop)
+    def lane_entry(self, lane: Lane) -> ChannelEntry | None:
+        return self.channels.get(lane[0], lane[1])
+
+    def conversation_id(self, lane: Lane) -> str | None:
+        entry = self.lane_entry(lane)
+        return entry.conversation_id if entry else None
+
+    def on_processing_start(self, lane: Lane, run_id: str | None) -> None:
+        if run_id is not None and self.turns.active(lane) is not None:
+            return
+        if self.turns.active(lane) is None:
+            # Hermes started a turn we did not submit (startup resume, background work).
+            run, events = self.turns.accept(lane, self.conversation_id(lane), implicit=True)
+            self.outbox.record_send(
+                None,
+                {},
+                [],
+                {"run_id": run.run_id, "lane": list(lane), "conversation_id": run.conversation_id},
+            )
+            self.emit(events)
+
+    def on_processing_complete(self, lane: Lane, run_id: str | None, outcome: str) -> None:
+        run = self.turns.active(lane)
+        if run is None:
+            return
+        if run.run_id != run_id and not (run.implicit and run_id is None):
+            return
+        status = {"success": "completed", "cancelled": "cancelled"}.get(outcome, "failed")
+        error = None
+        if status == "failed":
+            error = "the agent could not complete this turn"
+        self.emit(self.turns.finish(lane, status, error))
+        self.outbox.finish_run(run.run_id)
+
+    def on_send(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
+        """Classify one outbound send; returns the message id Hermes will edit."""
+        kind = classify(content, metadata, self.turns.known_tools)
+        run = self.turns.active(lane)
+        if kind == "progress":
+            return f"progress-{int(time.monotonic() * 1e6)}"
+        if kind == "notice":
+            events = notice_events(
+                lane, self.conversation_id(lane), content, run.run_id if run else None
+            )
+            self.emit(events)
+            return str(events[0]["message_id"])
+        if run is None:
+            return self._unsolicited(lane, content, metadata)
+        segment_id, events = self.turns.on_send(run, content)
+        self.emit(events)
+        return segment_id
+
+    def _unsolicited(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
+        """Output nobody asked for right now (cron, background): a complete run of its own."""
+        is_cron = bool((metadata or {}).get("job_id"))
+        run, events = self.turns.accept(
+            lane, self.conversation_id(lane), implicit=True, kind="cron" if is_cron else "reply"
+        )
+        segment_id, deltas = self.turns.on_send(run, content)
+        finished = self.turns.finish(lane, "completed")
+        if is_cron:
+            finished[0]["cron_job"] = str((metadata or {}).get("job_id"))
+        self.emit(events + deltas + finished)
+        return segment_id
+
+    def on_edit(self, message_id: str, content: str) -> None:
+        if message_id.startswith(("progress-", "notice-")):
+            return
+        self.emit(self.turns.on_edit(message_id, content))
+
+    def note_tool(self, tool_name: str) -> None:
+        self.turns.known_tools.add(tool_name)
+
+    def active_run(self, lane: Lane) -> Run | None:
+        return self.turns.active(lane)
+
+
+def _now() -> str:
+    from canonical.protocol import now_iso
+
+    return now_iso()

@@ -1,0 +1,18 @@
+"""Errors of the plugin.
+
+PluginError             root
+└── CommandError        a command cannot be carried out: answer `code` to the requester
+"""
+
+from __future__ import annotations
+
+
+class PluginError(Exception):
+    """Root of the plugin's errors."""
+
+
+class CommandError(PluginError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message

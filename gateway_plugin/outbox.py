@@ -1,0 +1,234 @@
+"""The outbox (outbox.db): the log every device replays from.
+
+Every device-visible event gets a monotonic cursor here *before* it is published.
+Streaming deltas are cumulative, so only the newest delta of a message is kept, and a
+message's deltas are dropped once it completes. Alongside: idempotency records for client
+sends, per-device acknowledged cursors, and the runs still in flight (so a restart can
+close them honestly).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    type TEXT NOT NULL,
+    coalesce_key TEXT,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_coalesce ON events(coalesce_key) WHERE coalesce_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_created ON events(created);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    result TEXT NOT NULL,
+    dispatched INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS device_acks (
+    device_id TEXT PRIMARY KEY,
+    cursor INTEGER NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS active_runs (
+    run_id TEXT PRIMARY KEY,
+    lane TEXT NOT NULL,
+    conversation_id TEXT,
+    started REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+class Outbox:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode survives a process crash (kill -9); only power loss can
+        # drop the last transactions. The plugin's promise is about process faults.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- events
+    def append(self, events: list[Json]) -> list[Json]:
+        """Sequence events atomically; return them with `cursor` set (and `ts` if missing)."""
+        now = time.time()
+        out: list[Json] = []
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for event in events:
+                    key = None
+                    kind = event["type"]
+                    if kind == "message.delta":
+                        key = f"delta:{event['message_id']}"
+                        cur.execute("DELETE FROM events WHERE coalesce_key = ?", (key,))
+                    elif kind == "message.complete":
+                        cur.execute(
+                            "DELETE FROM events WHERE coalesce_key = ?",
+                            (f"delta:{event['message_id']}",),
+                        )
+                    cur.execute(
+                        "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, ?, '')",
+                        (now, kind, key),
+                    )
+                    cursor = int(cur.lastrowid or 0)
+                    sequenced = {**event, "cursor": cursor}
+                    cur.execute(
+                        "UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor)
+                    )
+                    out.append(sequenced)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return out
+
+    def head(self) -> int:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'events'"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def trimmed_upto(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'trimmed_upto'").fetchone()
+        return int(row[0]) if row else 0
+
+    def since(self, cursor: int, limit: int = 10_000) -> tuple[list[Json], bool]:
+        """Events after `cursor`, oldest first, and whether retention left a gap before them."""
+        gap = cursor < self.trimmed_upto()
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT body FROM events WHERE cursor > ? ORDER BY cursor LIMIT ?", (cursor, limit)
+            ).fetchall()
+        return [json.loads(row[0]) for row in rows], gap
+
+    def trim(self, older_than: float) -> int:
+        """Drop events created before `older_than` (unix time); return how many."""
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                row = cur.execute(
+                    "SELECT MAX(cursor) FROM events WHERE created < ?", (older_than,)
+                ).fetchone()
+                upto = int(row[0]) if row and row[0] is not None else 0
+                deleted = (
+                    cur.execute("DELETE FROM events WHERE cursor <= ?", (upto,)).rowcount
+                    if upto
+                    else 0
+                )
+                if upto:
+                    cur.execute(
+                        "INSERT INTO meta(key, value) VALUES ('trimmed_upto', ?) "
+                        "ON CONFLICT(key) DO UPDATE SET value = MAX(CAST(value AS INTEGER), excluded.value)",
+                        (str(upto),),
+                    )
+                cur.execute("DELETE FROM idempotency WHERE created < ?", (older_than,))
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return int(deleted)
+
+    # -- idempotency
+    def idem_get(self, key: str) -> tuple[Json, bool] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT result, dispatched FROM idempotency WHERE key = ?", (key,)
+            ).fetchone()
+        return (json.loads(row[0]), bool(row[1])) if row else None
+
+    def record_send(
+        self, key: str | None, result: Json, events: list[Json], run: Json | None
+    ) -> list[Json]:
+        """Store a send's result, its events and its run in one transaction."""
+        now = time.time()
+        out: list[Json] = []
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                if key is not None:
+                    cur.execute(
+                        "INSERT INTO idempotency(key, created, result, dispatched) VALUES (?, ?, ?, 0)",
+                        (key, now, _DUMPS(result)),
+                    )
+                if run is not None:
+                    cur.execute(
+                        "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
+                        (run["run_id"], _DUMPS(run["lane"]), run.get("conversation_id"), now),
+                    )
+                for event in events:
+                    cur.execute(
+                        "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, NULL, '')",
+                        (now, event["type"]),
+                    )
+                    cursor = int(cur.lastrowid or 0)
+                    sequenced = {**event, "cursor": cursor}
+                    cur.execute(
+                        "UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor)
+                    )
+                    out.append(sequenced)
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return out
+
+    def mark_dispatched(self, key: str) -> None:
+        with self._lock:
+            self._db.execute("UPDATE idempotency SET dispatched = 1 WHERE key = ?", (key,))
+
+    # -- runs
+    def finish_run(self, run_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM active_runs WHERE run_id = ?", (run_id,))
+
+    def active_runs(self) -> list[Json]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT run_id, lane, conversation_id FROM active_runs"
+            ).fetchall()
+        return [{"run_id": r[0], "lane": json.loads(r[1]), "conversation_id": r[2]} for r in rows]
+
+    # -- acknowledgements
+    def ack(self, device_id: str, cursor: int) -> int:
+        """Record how far a device got; cursors only move forward. Returns the stored cursor."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO device_acks(device_id, cursor, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT(device_id) DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated = excluded.updated",
+                (device_id, cursor, time.time()),
+            )
+            row = self._db.execute(
+                "SELECT cursor FROM device_acks WHERE device_id = ?", (device_id,)
+            ).fetchone()
+        return int(row[0])
+
+    def acks(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT device_id, cursor FROM device_acks").fetchall()
+        return {r[0]: int(r[1]) for r in rows}

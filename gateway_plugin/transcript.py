@@ -1,0 +1,113 @@
+"""Reading a lane's history from Hermes' state.db (read-only, the transcript of record).
+
+A lane (chat_id, thread_id) owns every session Hermes ever started for it (resets,
+compression splits), so history spans all of them. Assistant texts between two user
+messages are merged into one message: that is what `message.complete` carried live.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from canonical.protocol import iso_from_unix
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+
+class Transcript:
+    def __init__(self, state_db: Path, platform: str = "android") -> None:
+        self.state_db = state_db
+        self.platform = platform
+
+    def _connect(self) -> sqlite3.Connection | None:
+        if not self.state_db.exists():
+            return None
+        conn = sqlite3.connect(f"file:{self.state_db}?mode=ro", uri=True, timeout=5.0)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    def sessions(self, lane: Lane) -> list[Json]:
+        conn = self._connect()
+        if conn is None:
+            return []
+        try:
+            rows = conn.execute(
+                "SELECT id, started_at, ended_at FROM sessions WHERE source = ? AND chat_id = ? "
+                "AND thread_id IS ? ORDER BY started_at",
+                (self.platform, lane[0], lane[1]),
+            ).fetchall()
+        finally:
+            conn.close()
+        return [dict(row) for row in rows]
+
+    def latest(self, lane: Lane) -> tuple[str | None, str | None]:
+        """(session_id, last_active ISO) of the lane's newest session."""
+        conn = self._connect()
+        if conn is None:
+            return None, None
+        try:
+            row = conn.execute(
+                "SELECT s.id, (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last "
+                "FROM sessions s WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
+                "ORDER BY s.started_at DESC LIMIT 1",
+                (self.platform, lane[0], lane[1]),
+            ).fetchone()
+        finally:
+            conn.close()
+        if row is None:
+            return None, None
+        return str(row["id"]), iso_from_unix(row["last"])
+
+    def messages(
+        self, lane: Lane, limit: int, before_message_id: str | None = None
+    ) -> tuple[list[Json], bool]:
+        """The newest `limit` display messages (chronological) before an exclusive cursor."""
+        conn = self._connect()
+        if conn is None:
+            return [], False
+        try:
+            rows = conn.execute(
+                "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+                "JOIN sessions s ON s.id = m.session_id "
+                "WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
+                "AND m.role IN ('user', 'assistant') AND m.active = 1 ORDER BY m.id",
+                (self.platform, lane[0], lane[1]),
+            ).fetchall()
+        finally:
+            conn.close()
+        merged: list[Json] = []
+        for row in rows:
+            text = row["content"] or ""
+            if row["role"] == "assistant":
+                if not text.strip():
+                    continue
+                if merged and merged[-1]["role"] == "assistant":
+                    merged[-1]["text"] += text
+                    merged[-1]["ts"] = iso_from_unix(row["timestamp"])
+                    continue
+            merged.append(
+                {
+                    "message_id": f"m{row['id']}",
+                    "role": row["role"],
+                    "text": text,
+                    "ts": iso_from_unix(row["timestamp"]),
+                }
+            )
+        if before_message_id is not None:
+            ids = [m["message_id"] for m in merged]
+            if before_message_id in ids:
+                merged = merged[: ids.index(before_message_id)]
+            else:
+                merged = [m for m in merged if _num(m["message_id"]) < _num(before_message_id)]
+        has_more = len(merged) > limit
+        return merged[-limit:], has_more
+
+
+def _num(message_id: str) -> int:
+    try:
+        return int(message_id.lstrip("m"))
+    except ValueError:
+        return 0

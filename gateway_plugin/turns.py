@@ -1,0 +1,181 @@
+"""Turning Hermes' send-then-edit streaming into canonical run events (pure, no I/O).
+
+Hermes gives an adapter only text: a `send` opens a message, `edit_message` replaces its
+text (cumulative, with a trailing cursor " ▉"), tool progress is a separate `send`, and
+text after a tool starts a new message beginning with "\\n\\n". A run here is one
+assistant message: its text is the concatenation of the turn's text segments, so deltas
+stay cumulative and `message.complete` carries what history later shows for the turn.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from canonical.protocol import new_id, now_iso
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+_CURSOR_RE = re.compile(r"\s*▉\s*$")
+# "💻 terminal", "🔍 web_search: \"cats\"", "⚙️ tool(...)", "💬 thinking…"
+_PROGRESS_RE = re.compile(r"^[^\w\s`\"'(\[*#>-]{1,4}\s+([A-Za-z_][\w.-]*)(\.\.\.|:|\(|\s*$|\n)")
+_NOTICE_PREFIXES = ("⚡",)
+
+
+def strip_cursor(text: str) -> str:
+    return _CURSOR_RE.sub("", text)
+
+
+def classify(content: str, metadata: dict[str, Any] | None, known_tools: set[str]) -> str:
+    """ "text", "progress" or "notice" for one outbound `send`."""
+    meta = metadata or {}
+    if meta.get("expect_edits") or meta.get("notify"):
+        return "text"
+    stripped = content.lstrip()
+    if stripped.startswith(_NOTICE_PREFIXES):
+        return "notice"
+    if stripped.startswith("```") or stripped.startswith("💬 "):
+        return "progress"
+    match = _PROGRESS_RE.match(stripped)
+    if match and (match.group(1) in known_tools or "\n" not in stripped[:200]):
+        first = stripped[0]
+        if not first.isalnum():
+            return "progress"
+    return "text"
+
+
+@dataclass
+class Run:
+    run_id: str
+    lane: Lane
+    conversation_id: str | None
+    message_id: str
+    request_id: Any = None
+    client_id: str | None = None
+    implicit: bool = False
+    kind: str = "reply"
+    segments: list[str] = field(default_factory=list)
+    last_text: str = ""
+
+    def text(self) -> str:
+        return "".join(self.segments)
+
+
+def _base(run: Run, kind: str) -> Json:
+    return {
+        "type": kind,
+        "lane": list(run.lane),
+        "conversation_id": run.conversation_id,
+        "run_id": run.run_id,
+    }
+
+
+@dataclass
+class TurnTracker:
+    runs: dict[Lane, Run] = field(default_factory=dict)
+    segment_index: dict[str, tuple[str, int]] = field(default_factory=dict)
+    known_tools: set[str] = field(default_factory=set)
+
+    def active(self, lane: Lane) -> Run | None:
+        return self.runs.get(lane)
+
+    def by_run_id(self, run_id: str) -> Run | None:
+        for run in self.runs.values():
+            if run.run_id == run_id:
+                return run
+        return None
+
+    def accept(
+        self,
+        lane: Lane,
+        conversation_id: str | None,
+        *,
+        run_id: str | None = None,
+        request_id: Any = None,
+        client_id: str | None = None,
+        implicit: bool = False,
+        kind: str = "reply",
+    ) -> tuple[Run, list[Json]]:
+        rid = run_id or new_id()
+        run = Run(rid, lane, conversation_id, f"draft-{rid}", request_id, client_id, implicit, kind)
+        self.runs[lane] = run
+        accepted = _base(run, "run.accepted")
+        if request_id is not None:
+            accepted["request_id"] = request_id
+        if client_id is not None:
+            accepted["client_id"] = client_id
+        start = {**_base(run, "message.start"), "message_id": run.message_id}
+        return run, [accepted, start]
+
+    def _delta(self, run: Run) -> list[Json]:
+        text = run.text()
+        if text == run.last_text:
+            return []
+        run.last_text = text
+        return [
+            {
+                **_base(run, "message.delta"),
+                "message_id": run.message_id,
+                "text": text,
+                "ts": now_iso(),
+            }
+        ]
+
+    def on_send(self, run: Run, content: str) -> tuple[str, list[Json]]:
+        """A new text segment of the run; returns the segment's message id and events."""
+        segment_id = f"seg-{new_id(8)}"
+        run.segments.append(strip_cursor(content))
+        self.segment_index[segment_id] = (run.run_id, len(run.segments) - 1)
+        return segment_id, self._delta(run)
+
+    def on_edit(self, segment_id: str, content: str) -> list[Json]:
+        located = self.segment_index.get(segment_id)
+        if located is None:
+            return []
+        run = self.by_run_id(located[0])
+        if run is None:
+            return []
+        run.segments[located[1]] = strip_cursor(content)
+        return self._delta(run)
+
+    def finish(self, lane: Lane, status: str, error: str | None = None) -> list[Json]:
+        run = self.runs.pop(lane, None)
+        if run is None:
+            return []
+        for segment_id in [k for k, v in self.segment_index.items() if v[0] == run.run_id]:
+            del self.segment_index[segment_id]
+        complete = {
+            **_base(run, "message.complete"),
+            "message_id": run.message_id,
+            "role": "assistant",
+            "kind": run.kind,
+            "text": run.text(),
+            "ts": now_iso(),
+        }
+        if run.client_id is not None:
+            complete["client_id"] = run.client_id
+        finished = {**_base(run, "run.finished"), "status": status}
+        if status == "failed":
+            finished["error"] = (error or "the run failed")[:500]
+        return [complete, finished]
+
+
+def notice_events(
+    lane: Lane, conversation_id: str | None, text: str, run_id: str | None
+) -> list[Json]:
+    """A gateway notice: its own message, outside the run's reply text."""
+    return [
+        {
+            "type": "message.complete",
+            "lane": list(lane),
+            "conversation_id": conversation_id,
+            "run_id": run_id,
+            "message_id": f"notice-{new_id(8)}",
+            "role": "assistant",
+            "kind": "notice",
+            "text": text,
+            "ts": now_iso(),
+        }
+    ]
