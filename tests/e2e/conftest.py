@@ -4,7 +4,7 @@ scripted model, and either the embedded edge or edge processes on a private Redi
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +51,11 @@ def platform_connected(gateway: HermesGateway) -> Callable[[], bool]:
 
 
 @pytest.fixture
-def embedded(hermes_home_factory: Callable[..., HermesHome], gateway_factory: Callable[..., HermesGateway]) -> Callable[..., Deployment]:
+async def embedded(
+    hermes_home_factory: Callable[..., HermesHome], gateway_factory: Callable[..., HermesGateway]
+) -> AsyncIterator[Callable[..., Deployment]]:
+    made: list[Deployment] = []
+
     def make(**env: str) -> Deployment:
         token = secrets.token_urlsafe(24)
         port = free_port()
@@ -61,30 +65,50 @@ def embedded(hermes_home_factory: Callable[..., HermesHome], gateway_factory: Ca
             env={"ANDROID_TOKEN": token, "ANDROID_WS_PORT": str(port), **env},
             ready=lambda: http_ok(f"http://127.0.0.1:{port}/healthz"),
         )
-        return Deployment(token, [f"ws://127.0.0.1:{port}"], gateway, home)
+        made.append(Deployment(token, [f"ws://127.0.0.1:{port}"], gateway, home))
+        return made[-1]
 
-    return make
+    yield make
+    for deployment in made:
+        await deployment.close_clients()
 
 
 @pytest.fixture
-def scaled(
+async def scaled(
     redis_server: RedisServer,
     hermes_home_factory: Callable[..., HermesHome],
     gateway_factory: Callable[..., HermesGateway],
     edge_factory: Callable[..., EdgeProcess],
-) -> Callable[..., Deployment]:
+) -> AsyncIterator[Callable[..., Deployment]]:
     """`make(edges=2, redis=None, share_edges_with=None)`: a gateway on Redis plus edge processes."""
 
-    def make(edges: int = 2, redis: RedisServer | None = None, share_edges_with: Deployment | None = None, **env: Any) -> Deployment:
+    def make(
+        edges: int = 2,
+        redis: RedisServer | None = None,
+        share_edges_with: Deployment | None = None,
+        **env: Any,
+    ) -> Deployment:
         bus = (redis or redis_server).url
         token = secrets.token_urlsafe(24)
         home = hermes_home_factory()
-        gateway = gateway_factory(home, env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": bus, **env}, wait=False)
+        gateway = gateway_factory(
+            home, env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": bus, **env}, wait=False
+        )
         if share_edges_with is not None:
             procs = share_edges_with.edges
         else:
-            procs = [edge_factory(env={"ANDROID_BUS_URL": bus, "ANDROID_WS_HOST": "127.0.0.1"}, port_env="ANDROID_WS_PORT") for _ in range(edges)]
+            procs = [
+                edge_factory(
+                    env={"ANDROID_BUS_URL": bus, "ANDROID_WS_HOST": "127.0.0.1"},
+                    port_env="ANDROID_WS_PORT",
+                )
+                for _ in range(edges)
+            ]
         gateway.wait_ready(platform_connected(gateway), timeout=60)
-        return Deployment(token, [e.ws_url for e in procs], gateway, home, edges=procs)
+        made.append(Deployment(token, [e.ws_url for e in procs], gateway, home, edges=procs))
+        return made[-1]
 
-    return make
+    made: list[Deployment] = []
+    yield make
+    for deployment in made:
+        await deployment.close_clients()

@@ -1,0 +1,139 @@
+"""Bad input gets the dialect's specified error; a usable connection stays usable."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from canonical.client import DeviceClient
+from canonical.protocol import MAX_FRAME_BYTES, MAX_TEXT_CHARS
+from edge.errors import (
+    CLOSE_AUTH_TIMEOUT,
+    CLOSE_LOCKED_OUT,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_VERSION_MISMATCH,
+)
+from tests.e2e.conftest import Deployment
+from tests.e2e.flows import default_conversation
+
+
+@pytest.fixture
+def deployment(embedded: Callable[..., Deployment]) -> Deployment:
+    return embedded()
+
+
+async def test_a_wrong_token_is_unauthorized_and_closed(deployment: Deployment) -> None:
+    for hello in (
+        {"type": "hello", "secret": "wrong-secret-xxxxxxxx", "protocol_version": 1},
+        {"type": "hello", "token": "wrong-token-xxxxxxxxx", "device_id": "p1"},
+    ):
+        client = await deployment.client()
+        await client.send(hello)
+        error = await client.wait_type("error")
+        assert error["error"]["code"] == "unauthorized"
+        assert await client.wait_closed() == CLOSE_UNAUTHORIZED
+
+
+async def test_a_wrong_protocol_version_is_a_version_mismatch(deployment: Deployment) -> None:
+    client = await deployment.client()
+    await client.send({"type": "hello", "secret": deployment.token, "protocol_version": 2})
+    assert (await client.wait_type("error"))["error"]["code"] == "version_mismatch"
+    assert await client.wait_closed() == CLOSE_VERSION_MISMATCH
+
+
+async def test_no_hello_within_ten_seconds_is_an_auth_timeout(deployment: Deployment) -> None:
+    client = await deployment.client()
+    error = await client.wait_type("error", timeout=15)
+    assert error["error"]["code"] == "auth_timeout"
+    assert await client.wait_closed() == CLOSE_AUTH_TIMEOUT
+
+
+async def test_five_failed_hellos_lock_the_address_out(deployment: Deployment) -> None:
+    for _ in range(5):
+        client = await deployment.client()
+        await client.hello_pheby("not-the-secret-at-all")
+        await client.wait_closed()
+    locked = await deployment.client()
+    assert (await locked.wait_type("error"))["error"]["code"] == "rate_limited"
+    assert await locked.wait_closed() == CLOSE_LOCKED_OUT
+
+
+@pytest.mark.parametrize("dialect", ["pheby", "iris"])
+async def test_garbage_oversize_overlong_and_unknown_frames_get_errors_and_the_connection_stays_usable(
+    deployment: Deployment, dialect: str
+) -> None:
+    client = await (deployment.pheby() if dialect == "pheby" else deployment.iris("p1"))
+    await client.send_raw("{this is not json")
+    assert (await client.wait_type("error"))["error"]["code"] == "invalid_json"
+    start = len(client.frames)
+    await client.send_raw(json.dumps({"type": "ping", "pad": "x" * (MAX_FRAME_BYTES + 10)}))
+    assert (await client.wait_type("error", start=start))["error"]["code"] == "too_large"
+    start = len(client.frames)
+    if dialect == "pheby":
+        conversation_id = await default_conversation(client)
+        long_send = {
+            "type": "chat.send",
+            "conversation_id": conversation_id,
+            "text": "y" * (MAX_TEXT_CHARS + 1),
+            "request_id": "long",
+        }
+    else:
+        long_send = {
+            "type": "message.send",
+            "chat_id": "android:default",
+            "text": "y" * (MAX_TEXT_CHARS + 1),
+            "client_id": "c1",
+            "request_id": "long",
+        }
+    start = len(client.frames)
+    await client.send(long_send)
+    error = await client.wait_type("error", start=start)
+    assert error["error"]["code"] == "too_large" and error["request_id"] == "long"
+    unknown = await client.request({"type": "no.such.frame"})
+    assert unknown["type"] == "error" and unknown["error"]["code"] == "unknown_type"
+    bad_field = await client.request(
+        {"type": "conversation.open", "conversation_id": 42}
+        if dialect == "pheby"
+        else {"type": "sync", "cursor": "x"}
+    )
+    assert bad_field["error"]["code"] == "bad_request"
+    pong = await client.request({"type": "ping"})
+    assert pong["type"] == "pong"
+
+
+async def test_an_unknown_conversation_is_conversation_not_found(deployment: Deployment) -> None:
+    client = await deployment.pheby()
+    reply = await client.request({"type": "conversation.open", "conversation_id": "0" * 32})
+    assert reply["error"] == {"code": "conversation_not_found", "message": "Conversation not found"}
+
+
+async def test_a_second_send_while_a_run_is_active_gets_run_active(deployment: Deployment) -> None:
+    client = await deployment.pheby()
+    conversation_id = await default_conversation(client)
+    await client.send(
+        {
+            "type": "chat.send",
+            "conversation_id": conversation_id,
+            "text": "[long] tell me a story",
+            "request_id": "first",
+        }
+    )
+    await client.wait_type("run.accepted", request_id="first")
+    reply = await client.request(
+        {
+            "type": "chat.send",
+            "conversation_id": conversation_id,
+            "text": "and another",
+            "request_id": "second",
+        }
+    )
+    assert reply["error"]["code"] == "run_active"
+    await client.wait_type("run.finished", timeout=60)
+
+
+async def test_binary_frames_must_be_utf8_json(deployment: Deployment) -> None:
+    client: DeviceClient = await deployment.iris("p2")
+    await client.send_raw(b"\xff\xfe\x00")
+    assert (await client.wait_type("error"))["error"]["code"] == "invalid_json"
