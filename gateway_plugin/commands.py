@@ -43,11 +43,6 @@ class CommandHandler:
             return
         try:
             await handler(command, command.get("args") or {})
-        except CommandError as exc:
-            body = error_body(exc.code, exc.message, request_id)
-            if (command.get("args") or {}).get("client_id") is not None:
-                body["client_id"] = command["args"]["client_id"]
-            await self.c.reply(command, body)
         except ChannelError as exc:
             code = exc.code
             if command.get("dialect") == "pheby":
@@ -56,7 +51,12 @@ class CommandHandler:
                     "archived": "conversation_not_found",
                     "unsupported": "bad_request",
                 }.get(code, code)
-            await self.c.reply(command, error_body(code, str(exc), request_id))
+            await self.c.reply(command, error_body(code, exc.message, request_id))
+        except CommandError as exc:
+            body = error_body(exc.code, exc.message, request_id)
+            if (command.get("args") or {}).get("client_id") is not None:
+                body["client_id"] = command["args"]["client_id"]
+            await self.c.reply(command, body)
 
     # -- helpers
     def _entry_for_conversation(self, conversation_id: str) -> ChannelEntry:

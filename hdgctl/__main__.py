@@ -1,0 +1,204 @@
+"""`hdgctl` / `python -m hdgctl`: up, chat, pair."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import home as homes
+from .pairing import Pairing
+
+
+def _python_bin(name: str) -> str:
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else (shutil.which(name) or name)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairing:
+    env = homes.read_env(home)
+    token = os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")
+    if not token:
+        raise SystemExit(
+            f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl up` or `hdgctl setup` first"
+        )
+    extra = (
+        ((homes.read_config(home).get("gateway") or {}).get("platforms") or {}).get("android") or {}
+    ).get("extra") or {}
+    bind = os.environ.get("ANDROID_WS_HOST") or str(extra.get("host", "127.0.0.1"))
+    port = int(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
+    tls = bool(os.environ.get("ANDROID_WS_CERT") or env.get("ANDROID_WS_CERT"))
+    shown = host or (bind if bind not in ("0.0.0.0", "::") else _lan_address())
+    return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
+
+
+def _lan_address() -> str:
+    import socket
+
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    import segno
+
+    pairing = _pairing(Path(args.home), args.public_host, args.name)
+    uri = pairing.uri()
+    qr = segno.make(uri, error="m")
+    if args.png:
+        qr.save(args.png, scale=6)
+    if args.svg:
+        qr.save(args.svg, scale=6)
+    if not args.quiet:
+        qr.terminal(compact=True)
+    print(f"pairing URI: {uri}")
+    print(f"WebSocket:   {pairing.ws_url()}")
+    return 0
+
+
+def _start_scripted_model(home: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    log = open(home / "scripted-model.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripted_model", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(base + "/_health", timeout=0.5):
+                return proc, base + "/v1"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the scripted model did not start; see " + str(home / "scripted-model.log"))
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    home = Path(args.home)
+    home.mkdir(parents=True, exist_ok=True)
+    config = homes.read_config(home)
+    env = homes.read_env(home)
+    model_proc = None
+    if (
+        not homes.model_configured(config, env)
+        or (config.get("model") or {}).get("default") == "scripted-model"
+    ):
+        model_proc, base_url = _start_scripted_model(home)
+        config["model"] = {
+            "provider": "custom",
+            "base_url": base_url,
+            "default": "scripted-model",
+            "api_key": "scripted",
+        }
+        print(
+            "No model configured: using the built-in scripted model (try prompts like '[tool] hi')."
+        )
+        print(
+            "Point Hermes at a real model with `hermes model` or by editing", home / "config.yaml"
+        )
+    extra = {"host": args.host, "port": args.port}
+    homes.enable_plugin(config, extra)
+    homes.write_config(home, config)
+    if not (os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")):
+        homes.set_env(home, {"ANDROID_TOKEN": homes.new_token()})
+        print("Generated a pairing token in", home / ".env")
+    cmd_pair(
+        argparse.Namespace(
+            home=str(home), public_host=None, name="Hermes", png=None, svg=None, quiet=args.no_qr
+        )
+    )
+    print(f"Chat from this terminal: {_python_bin('hdgctl')} chat --home {home}")
+    child_env = {**os.environ, "HERMES_HOME": str(home)}
+    gateway = subprocess.Popen([_python_bin("hermes"), "gateway", "run"], env=child_env)
+
+    def forward(signum: int, _frame: object) -> None:
+        gateway.send_signal(signum)
+
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    try:
+        return gateway.wait()
+    finally:
+        if model_proc is not None:
+            model_proc.terminate()
+            model_proc.wait(5)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from .chat import run_chat
+
+    if args.url and args.token:
+        url, token = args.url, args.token
+    else:
+        pairing = _pairing(Path(args.home))
+        url, token = args.url or pairing.ws_url(), args.token or pairing.token
+    return asyncio.run(
+        run_chat(url, token, chat_id=args.chat_id, once=args.once, device_id=args.device_id)
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hdgctl", description="Hermes device gateway: set up, run, pair, operate."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    default_home = str(homes.default_home())
+
+    up = sub.add_parser(
+        "up",
+        help="configure the plugin in a Hermes home and run `hermes gateway run` (embedded mode)",
+    )
+    up.add_argument("--home", default=default_home)
+    up.add_argument("--host", default=os.environ.get("ANDROID_WS_HOST", "127.0.0.1"))
+    up.add_argument("--port", type=int, default=int(os.environ.get("ANDROID_WS_PORT", "8790")))
+    up.add_argument("--no-qr", action="store_true")
+    up.set_defaults(func=cmd_up)
+
+    pair = sub.add_parser("pair", help="print the pairing QR code and URI (optionally as PNG/SVG)")
+    pair.add_argument("--home", default=default_home)
+    pair.add_argument("--public-host", help="host name or address the phone should dial")
+    pair.add_argument("--name", default="Hermes")
+    pair.add_argument("--png")
+    pair.add_argument("--svg")
+    pair.add_argument("--quiet", action="store_true")
+    pair.set_defaults(func=cmd_pair)
+
+    chat = sub.add_parser("chat", help="a terminal device: send messages and watch the stream")
+    chat.add_argument("--home", default=default_home)
+    chat.add_argument("--url", help="ws://host:port/ws (default: from the home's settings)")
+    chat.add_argument("--token")
+    chat.add_argument("--chat-id", default="android:default")
+    chat.add_argument("--device-id")
+    chat.add_argument("--once", help="send one message, print the reply, exit")
+    chat.set_defaults(func=cmd_chat)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Editing a Hermes home (config.yaml and .env) the way Hermes reads them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PLUGIN_NAME = "android-platform"
+MODEL_KEY_ENVS = (
+    "OPENROUTER_API_KEY",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "NOUS_API_KEY",
+)
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
+
+
+def read_config(home: Path) -> dict[str, Any]:
+    path = home / "config.yaml"
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_config(home: Path, config: dict[str, Any]) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / "config.yaml"
+    tmp = path.with_suffix(".yaml.tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_env(home: Path) -> dict[str, str]:
+    path = home / ".env"
+    values: dict[str, str] = {}
+    if not path.exists():
+        return values
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def set_env(home: Path, updates: dict[str, str]) -> None:
+    """Set keys in .env (secrets only, Hermes' policy), keeping other lines; mode 0600."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / ".env"
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    pending = dict(updates)
+    out: list[str] = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip()
+        if key in pending:
+            out.append(f"{key}={pending.pop(key)}")
+        else:
+            out.append(line)
+    out.extend(f"{key}={value}" for key, value in pending.items())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(out) + "\n", encoding="utf-8")
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def enable_plugin(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    plugins = config.setdefault("plugins", {})
+    enabled = plugins.setdefault("enabled", [])
+    if PLUGIN_NAME not in enabled:
+        enabled.append(PLUGIN_NAME)
+    platforms = config.setdefault("gateway", {}).setdefault("platforms", {})
+    android = platforms.setdefault("android", {})
+    android["enabled"] = True
+    android.setdefault("extra", {}).update(extra or {})
+    return config
+
+
+def model_configured(config: dict[str, Any], env: dict[str, str]) -> bool:
+    model = config.get("model")
+    if isinstance(model, dict) and (
+        model.get("base_url") or model.get("provider") not in (None, "", "auto")
+    ):
+        return True
+    return any(env.get(k) or os.environ.get(k) for k in MODEL_KEY_ENVS)
