@@ -140,10 +140,18 @@ class Bus(abc.ABC):
     async def lockout_count(self, source: str) -> int: ...
 
     @abc.abstractmethod
-    async def set_presence(self, tenant: str, device_id: str, info: Json | None) -> None: ...
+    async def tenant_count(self) -> int:
+        """How many tenants are registered (0 right after a Redis restart)."""
 
     @abc.abstractmethod
-    async def presence(self, tenant: str) -> dict[str, Json]: ...
+    async def set_presence(
+        self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
+    ) -> None:
+        """Mark a device online (info) until ttl_s from now, or offline (None)."""
+
+    @abc.abstractmethod
+    async def presence(self, tenant: str) -> dict[str, Json]:
+        """Devices online now, with the edge and connection that hold them."""
 
     @abc.abstractmethod
     async def ping(self) -> bool: ...

@@ -29,7 +29,9 @@ class DeviceClient:
         self.last_cursor = 0
 
     async def connect(self, **kwargs: Any) -> DeviceClient:
-        self.ws = await websockets.connect(self.url, ssl=self.ssl, max_size=None, compression=None, **kwargs)
+        self.ws = await websockets.connect(
+            self.url, ssl=self.ssl, max_size=None, compression=None, **kwargs
+        )
         self._reader = asyncio.create_task(self._read())
         return self
 
@@ -57,7 +59,9 @@ class DeviceClient:
         assert self.ws is not None
         await self.ws.send(data)
 
-    async def wait_for(self, predicate: Callable[[Json], bool], timeout: float = 30.0, start: int = 0) -> Json:
+    async def wait_for(
+        self, predicate: Callable[[Json], bool], timeout: float = 30.0, start: int = 0
+    ) -> Json:
         """The first frame (at index >= start) matching predicate; waits for it."""
         deadline = time.monotonic() + timeout
         index = start
@@ -67,19 +71,27 @@ class DeviceClient:
                     return self.frames[index]
                 index += 1
             if self.closed_code is not None:
-                raise ConnectionError(f"closed with {self.closed_code} while waiting; got {self.frames[start:]}")
+                raise ConnectionError(
+                    f"closed with {self.closed_code} while waiting; got {self.frames[start:]}"
+                )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no matching frame within {timeout}s; got {self.frames[start:]}")
+                raise TimeoutError(
+                    f"no matching frame within {timeout}s; got {self.frames[start:]}"
+                )
             self._new.clear()
             try:
                 await asyncio.wait_for(self._new.wait(), remaining)
             except TimeoutError:
                 pass
 
-    async def wait_type(self, kind: str, timeout: float = 30.0, start: int = 0, **match: Any) -> Json:
+    async def wait_type(
+        self, kind: str, timeout: float = 30.0, start: int = 0, **match: Any
+    ) -> Json:
         return await self.wait_for(
-            lambda f: f.get("type") == kind and all(f.get(k) == v for k, v in match.items()), timeout, start
+            lambda f: f.get("type") == kind and all(f.get(k) == v for k, v in match.items()),
+            timeout,
+            start,
         )
 
     async def wait_closed(self, timeout: float = 15.0) -> int | None:
@@ -104,9 +116,19 @@ class DeviceClient:
         await self.send(frame)
         return await self.wait_for(lambda f: f.get("type") in ("ready", "error"), 15)
 
-    async def hello_iris(self, token: str, device_id: str, *, cursor: int = 0, device_name: str = "test") -> Json:
+    async def hello_iris(
+        self, token: str, device_id: str, *, cursor: int = 0, device_name: str = "test"
+    ) -> Json:
         await self.send(
-            {"type": "hello", "token": token, "device_id": device_id, "device_name": device_name, "caps": ["streaming"], "cursor": cursor, "version": 1}
+            {
+                "type": "hello",
+                "token": token,
+                "device_id": device_id,
+                "device_name": device_name,
+                "caps": ["streaming"],
+                "cursor": cursor,
+                "version": 1,
+            }
         )
         return await self.wait_for(lambda f: f.get("type") in ("hello.ack", "error"), 15)
 

@@ -149,15 +149,21 @@ class MemoryBus(Bus):
         self._lockouts[source] = hits
         return len(hits)
 
-    async def set_presence(self, tenant: str, device_id: str, info: Json | None) -> None:
+    async def tenant_count(self) -> int:
+        return len(self._tenants)
+
+    async def set_presence(
+        self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
+    ) -> None:
         devices = self._presence.setdefault(tenant, {})
         if info is None:
             devices.pop(device_id, None)
         else:
-            devices[device_id] = info
+            devices[device_id] = {**info, "expires": time.time() + ttl_s}
 
     async def presence(self, tenant: str) -> dict[str, Json]:
-        return dict(self._presence.get(tenant, {}))
+        now = time.time()
+        return {k: v for k, v in self._presence.get(tenant, {}).items() if v["expires"] > now}
 
     async def ping(self) -> bool:
         return True

@@ -7,6 +7,7 @@ import hmac
 import json
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -301,12 +302,26 @@ class RedisBus(Bus):
             raise BusUnavailable(str(exc)) from exc
         return int(value or 0)
 
-    async def set_presence(self, tenant: str, device_id: str, info: Json | None) -> None:
+    async def tenant_count(self) -> int:
+        try:
+            return int(await self.client.hlen(TENANTS_KEY))
+        except _DOWN as exc:
+            raise BusUnavailable(str(exc)) from exc
+
+    async def set_presence(
+        self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
+    ) -> None:
+        key = presence_key(tenant)
         try:
             if info is None:
-                await self.client.hdel(presence_key(tenant), device_id)
+                await self.client.hdel(key, device_id)
             else:
-                await self.client.hset(presence_key(tenant), device_id, json.dumps(info))
+                # One hash per tenant; each entry carries its own expiry, and the hash
+                # itself expires when no edge refreshes anything.
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.hset(key, device_id, json.dumps({**info, "expires": time.time() + ttl_s}))
+                    pipe.expire(key, int(ttl_s) + 5)
+                    await pipe.execute()
         except _DOWN as exc:
             raise BusUnavailable(str(exc)) from exc
 
@@ -315,7 +330,9 @@ class RedisBus(Bus):
             raw = await self.client.hgetall(presence_key(tenant))
         except _DOWN as exc:
             raise BusUnavailable(str(exc)) from exc
-        return {k.decode(): json.loads(v) for k, v in raw.items()}
+        now = time.time()
+        entries = {k.decode(): json.loads(v) for k, v in raw.items()}
+        return {k: v for k, v in entries.items() if v.get("expires", 0) > now}
 
     async def ping(self) -> bool:
         try:

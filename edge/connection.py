@@ -13,8 +13,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from canonical.protocol import COALESCABLE_EVENTS
+from canonical.protocol import COALESCABLE_EVENTS, now_iso
 
+from .delivery import ReplayGate
 from .dialects import Dialect
 from .errors import CLOSE_SLOW_CONSUMER
 
@@ -58,10 +59,21 @@ class Connection:
         self._writer: asyncio.Task[None] | None = None
         self.closed = False
         self.close_code: int | None = None
-        self.last_cursor = 0
-        self.replaying = False
-        self._held: list[tuple[Json, str | None]] = []
+        self.since = now_iso()
+        self.gate: ReplayGate[tuple[Json, str | None]] = ReplayGate()
         self.frames_out = 0
+
+    @property
+    def last_cursor(self) -> int:
+        return self.gate.last_cursor
+
+    @last_cursor.setter
+    def last_cursor(self, cursor: int) -> None:
+        self.gate.last_cursor = cursor
+
+    @property
+    def replaying(self) -> bool:
+        return self.gate.replaying
 
     def start(self) -> None:
         self._writer = asyncio.create_task(self._write_loop(), name=f"hdg-writer-{self.id}")
@@ -75,14 +87,10 @@ class Connection:
         """Queue a sequenced event unless this device already has it."""
         if self.closed:
             return
-        if self.replaying:
-            self._held.append((event, text))
-            return
-        cursor = event.get("cursor") or 0
-        if cursor:
-            if cursor <= self.last_cursor:
-                return
-            self.last_cursor = cursor
+        for admitted in self.gate.live(event.get("cursor") or 0, (event, text)):
+            self._queue_event(*admitted)
+
+    def _queue_event(self, event: Json, text: str | None) -> None:
         if text is None:
             return
         key = None
@@ -91,16 +99,13 @@ class Connection:
         self._enqueue(text, key)
 
     def begin_replay(self) -> None:
-        self.replaying = True
+        self.gate.begin_replay()
 
     def finish_replay(self, events: list[tuple[Json, str | None]]) -> None:
         """Deliver replayed events, then what arrived live meanwhile, each exactly once."""
-        held, self._held = self._held, []
-        self.replaying = False
-        for event, text in events:
-            self.offer_event(event, text)
-        for event, text in held:
-            self.offer_event(event, text)
+        replayed = [(event.get("cursor") or 0, (event, text)) for event, text in events]
+        for admitted in self.gate.finish_replay(replayed):
+            self._queue_event(*admitted)
 
     def _enqueue(self, text: str, key: str | None) -> None:
         if self.closed:

@@ -29,6 +29,7 @@ class ConnectionEnded(EdgeError):
 
 # Close codes the apps can act on (documented in docs/protocol/).
 CLOSE_GOING_AWAY = 1001
+CLOSE_SERVICE_RESTART = 1012
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REVOKED = 4403
 CLOSE_AUTH_TIMEOUT = 4408

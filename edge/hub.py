@@ -7,22 +7,28 @@ devices. The handler is synchronous: it only queues frames on connections.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
 
 from canonical.bus import Bus, Subscription
+from canonical.errors import BusUnavailable
 from canonical.protocol import CLOSE, REPLAY, REPLY
 
 from .connection import Connection
 from .dialects import Dialect
 from .dialects.iris import IrisDialect
 from .dialects.pheby import PhebyDialect
+from .errors import CLOSE_SERVICE_RESTART
 
 log = logging.getLogger("hdg.edge.hub")
 
 Json = dict[str, Any]
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+PRESENCE_TTL_S = 60.0
+PRESENCE_REFRESH_S = 20.0
 
 DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
 
@@ -40,14 +46,40 @@ class Hub:
         self._sub: Subscription | None = None
         self.frames_in = 0
         self.events_in = 0
+        self._presence_task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         self._sub = self.bus.subscription(self.edge_id, self._on_bus, self._on_bus_reconnect)
         await self._sub.start()
+        self._presence_task = asyncio.create_task(self._refresh_presence(), name="hdg-presence")
 
     async def stop(self) -> None:
+        if self._presence_task is not None:
+            self._presence_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._presence_task
         if self._sub is not None:
             await self._sub.close()
+
+    async def _refresh_presence(self) -> None:
+        """Presence expires on its own (PRESENCE_TTL_S): a dead edge's devices go offline."""
+        while True:
+            await asyncio.sleep(PRESENCE_REFRESH_S)
+            for conn in list(self.conns.values()):
+                try:
+                    await self.bus.set_presence(
+                        conn.tenant, conn.device_id, self.presence_info(conn), PRESENCE_TTL_S
+                    )
+                except BusUnavailable:
+                    break
+
+    def presence_info(self, conn: Connection) -> Json:
+        return {
+            "edge": self.edge_id,
+            "conn": conn.id,
+            "since": conn.since,
+            "dialect": conn.dialect.name,
+        }
 
     async def attach(self, conn: Connection) -> None:
         tenant_conns = self.by_tenant.get(conn.tenant)
@@ -137,9 +169,12 @@ class Hub:
         conn.finish_replay(events)
 
     def _on_bus_reconnect(self) -> None:
-        """The doorbell was down: every iris device resyncs from its cursor."""
+        """The doorbell was down: every iris device resyncs from its cursor; pheby devices
+        (no cursors in that protocol) are asked to reconnect and reload their snapshot."""
         for conn in list(self.conns.values()):
-            if conn.dialect.name == "iris" and not conn.replaying:
+            if conn.dialect.name == "pheby":
+                conn.request_close(CLOSE_SERVICE_RESTART)
+            elif not conn.replaying:
                 conn.begin_replay()
                 asyncio.get_running_loop().create_task(self._resync(conn))
 

@@ -477,3 +477,23 @@ class CommandHandler:
         entry = self.c.channels.set_threads_enabled(str(args["chat_id"]), bool(args["on"]))
         await self._result(command, entry)
         self._broadcast_entry("channel.renamed", entry)
+
+    # -- search
+    async def cmd_search(self, command: Json, args: Json) -> None:
+        hits = self.c.search.search(
+            str(args.get("query") or ""),
+            scope=args.get("scope") or "all",
+            chat_id=args.get("chat_id"),
+            thread_id=args.get("thread_id"),
+            limit=int(args.get("limit") or 50),
+            channel_resolver=self.c.channels.chat_ids_matching,
+        )
+        await self.c.reply(
+            command,
+            {
+                "type": "search.results",
+                "request_id": command.get("request_id"),
+                "query": args.get("query") or "",
+                "hits": [hit.to_wire() for hit in hits],
+            },
+        )

@@ -23,6 +23,7 @@ from .channel_store import ChannelDirectory, ChannelEntry
 from .commands import CommandHandler
 from .outbox import Outbox
 from .ports import AgentPort
+from .search import SearchIndex
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
 
@@ -30,6 +31,9 @@ log = logging.getLogger("hdg.plugin")
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
+HEARTBEAT_S = 3.0
+RETENTION_PERIOD_S = 3600.0
+ADOPT_WINDOW_S = 30.0
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -54,11 +58,13 @@ class Controller:
         self.outbox = Outbox(data_dir / "outbox.db")
         self.channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
         self.transcript = Transcript(state_db)
+        self.search = SearchIndex(state_db)
         self.turns = TurnTracker()
         self.commands = CommandHandler(self)
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
+        self._orphans: dict[Lane, Json] = {}
         self.running = False
 
     # -- lifecycle
@@ -70,7 +76,20 @@ class Controller:
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
             asyncio.create_task(self._consumer(), name="hdg-consumer"),
+            asyncio.create_task(self._retention(), name="hdg-retention"),
         ]
+
+    async def _retention(self) -> None:
+        while True:
+            self.trim_outbox()
+            await asyncio.sleep(RETENTION_PERIOD_S)
+
+    def trim_outbox(self, now: float | None = None) -> int:
+        cutoff = (now or time.time()) - self.settings.outbox_retention_hours * 3600
+        trimmed = self.outbox.trim(cutoff)
+        if trimmed:
+            log.info("outbox retention trimmed %d events", trimmed)
+        return trimmed
 
     async def stop(self) -> None:
         self.running = False
@@ -84,10 +103,12 @@ class Controller:
         self._tasks = []
         self.outbox.close()
         self.channels.close()
+        self.search.close()
 
     async def _heartbeat(self) -> None:
+        # Short period: after a Redis restart devices cannot authenticate until this runs.
         while True:
-            await asyncio.sleep(10)
+            await asyncio.sleep(HEARTBEAT_S)
             try:
                 await self.bus.register_tenant(self.tenant, self.token)
             except BusUnavailable:
@@ -155,6 +176,9 @@ class Controller:
 
     async def _handle_batch(self, batch: list[tuple[str, Json]]) -> None:
         for entry_id, command in batch:
+            if self.outbox.was_processed(entry_id):
+                await self._ack(entry_id)
+                continue
             try:
                 await self.commands.handle(command)
             except Exception:
@@ -167,43 +191,56 @@ class Controller:
                         command.get("request_id"),
                     ),
                 )
-            try:
-                await self.bus.ack(self.tenant, entry_id)
-            except BusUnavailable:
-                log.warning("could not ack %s; it will be reclaimed and deduplicated", entry_id)
+            self.outbox.mark_processed(entry_id)
+            await self._ack(entry_id)
+
+    async def _ack(self, entry_id: str) -> None:
+        try:
+            await self.bus.ack(self.tenant, entry_id)
+        except BusUnavailable:
+            log.warning("could not ack %s; it will be reclaimed and skipped", entry_id)
 
     def _close_stale_runs(self) -> None:
-        """Runs a previous process accepted but never finished: say so, never leave them open."""
+        """Runs a previous process accepted but never finished. Hermes resumes sessions its
+        restart interrupted; a resumed lane adopts its run. Otherwise the run is closed as
+        failed after ADOPT_WINDOW_S, with the text it had streamed: never left open."""
         for stale in self.outbox.active_runs():
             lane = (stale["lane"][0], stale["lane"][1])
             active = self.turns.active(lane)
             if active is not None and active.run_id == stale["run_id"]:
                 continue
-            base = {
-                "lane": list(lane),
-                "conversation_id": stale["conversation_id"],
-                "run_id": stale["run_id"],
-            }
-            self.emit(
-                [
-                    {
-                        **base,
-                        "type": "message.complete",
-                        "message_id": f"draft-{stale['run_id']}",
-                        "role": "assistant",
-                        "kind": "reply",
-                        "text": "",
-                        "ts": _now(),
-                    },
-                    {
-                        **base,
-                        "type": "run.finished",
-                        "status": "failed",
-                        "error": "interrupted by a gateway restart",
-                    },
-                ]
+            self._orphans[lane] = stale
+            asyncio.get_running_loop().call_later(
+                ADOPT_WINDOW_S, self._fail_orphan, lane, stale["run_id"]
             )
-            self.outbox.finish_run(stale["run_id"])
+
+    def _fail_orphan(self, lane: Lane, run_id: str) -> None:
+        stale = self._orphans.get(lane)
+        if stale is None or stale["run_id"] != run_id or not self.running:
+            return
+        del self._orphans[lane]
+        message_id = f"draft-{run_id}"
+        base = {"lane": list(lane), "conversation_id": stale["conversation_id"], "run_id": run_id}
+        self.emit(
+            [
+                {
+                    **base,
+                    "type": "message.complete",
+                    "message_id": message_id,
+                    "role": "assistant",
+                    "kind": "reply",
+                    "text": self.outbox.last_delta_text(message_id),
+                    "ts": _now(),
+                },
+                {
+                    **base,
+                    "type": "run.finished",
+                    "status": "failed",
+                    "error": "interrupted by a gateway restart",
+                },
+            ]
+        )
+        self.outbox.finish_run(run_id)
 
     # -- Hermes → devices (called by the adapter on the gateway loop)
     def lane_entry(self, lane: Lane) -> ChannelEntry | None:
@@ -215,6 +252,14 @@ class Controller:
 
     def on_processing_start(self, lane: Lane, run_id: str | None) -> None:
         if run_id is not None and self.turns.active(lane) is not None:
+            return
+        orphan = self._orphans.pop(lane, None)
+        if orphan is not None and self.turns.active(lane) is None:
+            # Hermes resumed the turn its restart interrupted: it continues the same run
+            # (its run.accepted and message.start are already in the outbox).
+            self.turns.accept(
+                lane, orphan["conversation_id"], run_id=orphan["run_id"], implicit=True
+            )
             return
         if self.turns.active(lane) is None:
             # Hermes started a turn we did not submit (startup resume, background work).

@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS active_runs (
     started REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL);
 """
 
 
@@ -147,6 +148,7 @@ class Outbox:
                         (str(upto),),
                     )
                 cur.execute("DELETE FROM idempotency WHERE created < ?", (older_than,))
+                cur.execute("DELETE FROM processed WHERE at < ?", (older_than,))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -201,6 +203,32 @@ class Outbox:
     def mark_dispatched(self, key: str) -> None:
         with self._lock:
             self._db.execute("UPDATE idempotency SET dispatched = 1 WHERE key = ?", (key,))
+
+    def last_delta_text(self, message_id: str) -> str:
+        """The newest cumulative text streamed for a message (kept by coalescing)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT body FROM events WHERE coalesce_key = ? ORDER BY cursor DESC LIMIT 1",
+                (f"delta:{message_id}",),
+            ).fetchone()
+        return str(json.loads(row[0]).get("text", "")) if row else ""
+
+    # -- inbound commands already carried out (a crash between effect and XACK)
+    def was_processed(self, entry_id: str) -> bool:
+        with self._lock:
+            return (
+                self._db.execute(
+                    "SELECT 1 FROM processed WHERE entry_id = ?", (entry_id,)
+                ).fetchone()
+                is not None
+            )
+
+    def mark_processed(self, entry_id: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO processed(entry_id, at) VALUES (?, ?)",
+                (entry_id, time.time()),
+            )
 
     # -- runs
     def finish_run(self, run_id: str) -> None:

@@ -1,0 +1,49 @@
+"""Exactly-once delivery across the replay seam (pure: no I/O, no clock).
+
+A device tells us the last cursor it has. While its replay is in flight, live events are
+held; when the replay arrives, replayed events newer than the device's cursor go first, then
+the held live events that are newer still. Anything at or below the last delivered cursor is
+a duplicate and is dropped. Unsequenced frames (cursor 0: typing, control) pass through.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+Json = dict[str, Any]
+P = TypeVar("P")
+
+
+class ReplayGate(Generic[P]):
+    def __init__(self, last_cursor: int = 0) -> None:
+        self.last_cursor = last_cursor
+        self.replaying = False
+        self._held: list[tuple[int, P]] = []
+
+    def live(self, cursor: int, payload: P) -> list[P]:
+        """What to deliver now for a live event."""
+        if self.replaying:
+            self._held.append((cursor, payload))
+            return []
+        return self._admit(cursor, payload)
+
+    def _admit(self, cursor: int, payload: P) -> list[P]:
+        if cursor:
+            if cursor <= self.last_cursor:
+                return []
+            self.last_cursor = cursor
+        return [payload]
+
+    def begin_replay(self) -> None:
+        self.replaying = True
+
+    def finish_replay(self, replayed: list[tuple[int, P]]) -> list[P]:
+        """What to deliver once the replay arrived: replayed, then held, each once, in order."""
+        held, self._held = self._held, []
+        self.replaying = False
+        out: list[P] = []
+        for cursor, payload in replayed:
+            out.extend(self._admit(cursor, payload))
+        for cursor, payload in held:
+            out.extend(self._admit(cursor, payload))
+        return out
