@@ -40,8 +40,14 @@ class DeviceClient:
         try:
             async for raw in self.ws:
                 frame = json.loads(raw)
-                if isinstance(frame.get("cursor"), int) and frame["cursor"] > self.last_cursor:
-                    self.last_cursor = frame["cursor"]
+                # hello.ack's sync_cursor is where a fresh device starts; events carry cursor.
+                cursor = (
+                    frame.get("cursor")
+                    if frame.get("type") != "hello.ack"
+                    else frame.get("sync_cursor")
+                )
+                if isinstance(cursor, int) and cursor > self.last_cursor:
+                    self.last_cursor = cursor
                 self.frames.append(frame)
                 self.received_at.append(time.monotonic())
                 self._new.set()
@@ -117,19 +123,20 @@ class DeviceClient:
         return await self.wait_for(lambda f: f.get("type") in ("ready", "error"), 15)
 
     async def hello_iris(
-        self, token: str, device_id: str, *, cursor: int = 0, device_name: str = "test"
+        self, token: str, device_id: str, *, cursor: int | None = None, device_name: str = "test"
     ) -> Json:
-        await self.send(
-            {
-                "type": "hello",
-                "token": token,
-                "device_id": device_id,
-                "device_name": device_name,
-                "caps": ["streaming"],
-                "cursor": cursor,
-                "version": 1,
-            }
-        )
+        """Without a cursor the device is fresh and starts at the head; with one it replays."""
+        hello: Json = {
+            "type": "hello",
+            "token": token,
+            "device_id": device_id,
+            "device_name": device_name,
+            "caps": ["streaming"],
+            "version": 1,
+        }
+        if cursor is not None:
+            hello["cursor"] = cursor
+        await self.send(hello)
         return await self.wait_for(lambda f: f.get("type") in ("hello.ack", "error"), 15)
 
     async def request(self, frame: Json, timeout: float = 30.0) -> Json:

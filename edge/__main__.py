@@ -6,18 +6,18 @@ import gc
 import logging
 import sys
 
-import uvicorn
-
+from canonical import logredact
 from canonical.bus import open_bus
 from canonical.errors import SettingsError
 from canonical.settings import load_settings
 
 from .app import build_app
-from .server import make_state, uvicorn_config
+from .server import GracefulServer, make_state, uvicorn_config
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logredact.install()  # tokens, secrets and message bodies never reach a log line
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)
-    server = uvicorn.Server(config)
+    server = GracefulServer(config)
     logging.getLogger("hdg.edge").info(
         "edge %s listening on %s:%d", state.edge_id, settings.ws_host, settings.ws_port
     )

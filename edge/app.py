@@ -16,6 +16,7 @@ from starlette.websockets import WebSocket
 from canonical.bus import Bus
 from canonical.protocol import new_id
 
+from . import metrics
 from .hub import Hub
 from .session import DeviceSession
 
@@ -76,11 +77,14 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
             if own_bus:
                 await state.bus.close()
 
-    return Starlette(
+    app = Starlette(
         routes=[
             WebSocketRoute("/ws", ws_endpoint),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", metrics.endpoint(state)),
         ],
         lifespan=lifespan,
     )
+    app.state.edge = state  # edge.server.GracefulServer closes devices with 1001 first
+    return app

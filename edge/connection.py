@@ -62,6 +62,8 @@ class Connection:
         self.since = now_iso()
         self.gate: ReplayGate[tuple[Json, str | None]] = ReplayGate()
         self.frames_out = 0
+        # Devices that resume from cursors (iris) get gaps repaired by a resync.
+        self.tracks_cursor = dialect.name == "iris"
 
     @property
     def last_cursor(self) -> int:
@@ -83,12 +85,29 @@ class Connection:
         """Queue a frame that is not sequenced (replies, errors, pongs)."""
         self._enqueue(text, None)
 
-    def offer_event(self, event: Json, text: str | None) -> None:
-        """Queue a sequenced event unless this device already has it."""
+    def offer_event(self, event: Json, text: str | None) -> bool:
+        """Queue a sequenced event unless this device already has it.
+
+        Returns True when the cursor jumped past events this device never got (they were
+        sequenced while the doorbell was down): the event is held and the caller must
+        start a resync from `last_cursor`.
+        """
         if self.closed:
-            return
-        for admitted in self.gate.live(event.get("cursor") or 0, (event, text)):
+            return False
+        cursor = event.get("cursor") or 0
+        gate = self.gate
+        if (
+            self.tracks_cursor
+            and cursor
+            and not gate.replaying
+            and 0 < gate.last_cursor < cursor - 1
+        ):
+            gate.begin_replay()
+            gate.live(cursor, (event, text))
+            return True
+        for admitted in gate.live(cursor, (event, text)):
             self._queue_event(*admitted)
+        return False
 
     def _queue_event(self, event: Json, text: str | None) -> None:
         if text is None:

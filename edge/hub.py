@@ -10,12 +10,14 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from canonical.bus import Bus, Subscription
 from canonical.errors import BusUnavailable
 from canonical.protocol import CLOSE, REPLAY, REPLY
 
+from . import metrics
 from .connection import Connection
 from .dialects import Dialect
 from .dialects.iris import IrisDialect
@@ -91,7 +93,8 @@ class Hub:
         self.conns[conn.id] = conn
 
     async def detach(self, conn: Connection) -> None:
-        self.conns.pop(conn.id, None)
+        if self.conns.pop(conn.id, None) is not None:
+            metrics.connection_closed(conn)
         tenant_conns = self.by_tenant.get(conn.tenant)
         if tenant_conns is not None:
             tenant_conns.pop(conn.id, None)
@@ -126,17 +129,23 @@ class Hub:
             if name not in encoded:
                 frame = conn.dialect.encode_event(event)
                 encoded[name] = encode(frame) if frame is not None else None
-            conn.offer_event(event, encoded[name])
+            if conn.offer_event(event, encoded[name]):
+                asyncio.get_running_loop().create_task(self._resync(conn))
 
     def _control(self, conns: dict[str, Connection], event: Json) -> None:
         action = event.get("action")
-        if action == "close_device":
+        if action == "resync":
+            # The plugin restarted: events it sequenced may never have been published.
+            self._resync_all(conns.values())
+        elif action == "close_device":
             for conn in list(conns.values()):
                 if conn.device_id == event.get("device_id"):
                     conn.request_close(int(event.get("code", 4403)))
+                    metrics.control_closed("close_device", 1)
         elif action == "close_all":
             for conn in list(conns.values()):
                 conn.request_close(int(event.get("code", 4401)))
+            metrics.control_closed("close_all", len(conns))
 
     def _direct(self, message: Json) -> None:
         conn = self.conns.get(str(message.get("conn")))
@@ -162,16 +171,25 @@ class Hub:
             frame = conn.dialect.encode_reply(reply)
             if frame is not None:
                 conn.send_frame(encode(frame))
+        head = body.get("head")
+        if body.get("fresh") and isinstance(head, int):
+            # A fresh device starts at the head: older events are history, not a gap.
+            conn.last_cursor = head
         events = []
         for event in body.get("events") or []:
             frame = conn.dialect.encode_event(event)
             events.append((event, encode(frame) if frame is not None else None))
         conn.finish_replay(events)
+        metrics.replayed(len(events))
 
     def _on_bus_reconnect(self) -> None:
-        """The doorbell was down: every iris device resyncs from its cursor; pheby devices
-        (no cursors in that protocol) are asked to reconnect and reload their snapshot."""
-        for conn in list(self.conns.values()):
+        """The doorbell was down: every device catches up."""
+        self._resync_all(self.conns.values())
+
+    def _resync_all(self, conns: Iterable[Connection]) -> None:
+        """Iris devices resync from their cursors; pheby devices (no cursors in that
+        protocol) are asked to reconnect and reload their snapshot."""
+        for conn in list(conns):
             if conn.dialect.name == "pheby":
                 conn.request_close(CLOSE_SERVICE_RESTART)
             elif not conn.replaying:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import Generator
@@ -13,6 +14,7 @@ from canonical.protocol import MAX_FRAME_BYTES
 from canonical.settings import GatewaySettings
 
 from .app import EdgeState, build_app
+from .errors import CLOSE_GOING_AWAY
 
 
 def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvicorn.Config:
@@ -39,7 +41,29 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
     return uvicorn.Config(app, **options)
 
 
-class EmbeddedServer(uvicorn.Server):
+async def going_away(state: EdgeState, timeout: float = 2.0) -> None:
+    """Close every device with 1001 (going away) and wait, bounded, for the sessions to end."""
+    for conn in list(state.hub.conns.values()):
+        conn.request_close(CLOSE_GOING_AWAY)
+    for _ in range(int(timeout / 0.02)):
+        if not state.hub.conns:
+            return
+        await asyncio.sleep(0.02)
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn closes open WebSockets with 1012 on shutdown; devices get 1001 first."""
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        state = getattr(getattr(self.config.app, "state", None), "edge", None)
+        if isinstance(state, EdgeState):
+            for server in self.servers:
+                server.close()
+            await going_away(state)
+        await super().shutdown(sockets)
+
+
+class EmbeddedServer(GracefulServer):
     """uvicorn inside another program's event loop: leave its signal handlers alone."""
 
     @contextlib.contextmanager
@@ -64,4 +88,13 @@ def bind_check(host: str, port: int) -> None:
         probe.bind((host, port))
 
 
-__all__ = ["EdgeState", "EmbeddedServer", "bind_check", "build_app", "make_state", "uvicorn_config"]
+__all__ = [
+    "EdgeState",
+    "EmbeddedServer",
+    "GracefulServer",
+    "bind_check",
+    "build_app",
+    "going_away",
+    "make_state",
+    "uvicorn_config",
+]

@@ -24,7 +24,7 @@ from canonical.protocol import (
     now_iso,
 )
 
-from . import dialects
+from . import dialects, metrics
 from .connection import Connection
 from .dialects.iris import IRIS_VERSION
 from .dialects.pheby import PROTOCOL_VERSION
@@ -95,6 +95,7 @@ class DeviceSession:
         await self.ws.accept()
         try:
             if await self.bus.lockout_count(self.source) >= LOCKOUT_FAILURES:
+                metrics.LOCKOUTS.inc()
                 await self._send_now(
                     DIALECTS["pheby"].error_frame(
                         "rate_limited", "too many failed hellos; try again later"
@@ -147,6 +148,7 @@ class DeviceSession:
     async def _fail_hello(
         self, dialect: str, code: str, message: str, close: int, request_id: Any = None
     ) -> None:
+        metrics.hello_refused(code)
         count = await self.bus.lockout_hit(self.source, LOCKOUT_WINDOW_S)
         log.info("hello refused source=%s code=%s failures=%d", self.source, code, count)
         raise _Refused(dialect, code, message, close, request_id)
@@ -226,11 +228,10 @@ class DeviceSession:
         )
         if dialect == "iris":
             cursor = hello.get("cursor")
-            conn.last_cursor = (
-                cursor
-                if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor > 0
-                else 0
-            )
+            # No cursor: a fresh device, starting at the head. A cursor (0 included): replay after it.
+            if not (isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0):
+                cursor = None
+            conn.last_cursor = cursor or 0
             conn.begin_replay()
         await self.hub.attach(conn)
         conn.start()
@@ -252,7 +253,7 @@ class DeviceSession:
                 {
                     "device_name": str(hello.get("device_name") or "")[:128],
                     "caps": hello.get("caps") if isinstance(hello.get("caps"), list) else [],
-                    "cursor": conn.last_cursor,
+                    "cursor": cursor,
                     "fcm_token": hello.get("fcm_token")
                     if isinstance(hello.get("fcm_token"), str)
                     else None,

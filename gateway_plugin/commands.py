@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import MAX_HISTORY, REPLAY, error_body, now_iso
 
+from . import admin
 from .channel_store import ChannelEntry, ChannelError
 from .errors import CommandError
 from .titles import derive_title
@@ -34,7 +35,10 @@ class CommandHandler:
 
     async def handle(self, command: Json) -> None:
         name = str(command.get("cmd"))
+        if name.startswith("admin."):
+            return await admin.handle(self.c, command)
         handler = getattr(self, "cmd_" + name.replace(".", "_"), None)
+        admin.observe_command(name, handler is not None)
         request_id = command.get("request_id")
         if handler is None:
             await self.c.reply(
@@ -100,8 +104,12 @@ class CommandHandler:
             frame = error_body("unauthorized", "this device is not allowed", args.get("request_id"))
             await self.c.reply(command, {"code": 4401, "frame": frame}, kind="close")
             return
-        cursor = int(args.get("cursor") or 0)
-        events, gap = self.c.outbox.since(cursor) if cursor > 0 else ([], False)
+        if (refusal := admin.on_hello(self.c, command, args)) is not None:
+            return await self.c.reply(command, refusal, kind="close")
+        raw_cursor = args.get("cursor")
+        fresh = not isinstance(raw_cursor, int)
+        cursor = raw_cursor if isinstance(raw_cursor, int) else 0
+        events, gap = ([], False) if fresh else self.c.outbox.since(cursor)
         head = self.c.outbox.head()
         ack: Json = {
             "type": "hello.ack",
@@ -117,7 +125,9 @@ class CommandHandler:
             ack["request_id"] = args["request_id"]
         if cursor > 0:
             self.c.outbox.ack(device_id, cursor)
-        await self.c.reply(command, {"before": [ack], "events": events}, kind=REPLAY)
+        await self.c.reply(
+            command, {"before": [ack], "events": events, "head": head, "fresh": fresh}, kind=REPLAY
+        )
 
     async def cmd_sync(self, command: Json, args: Json) -> None:
         cursor = int(args.get("cursor") or 0)

@@ -19,8 +19,10 @@ from canonical.errors import BusUnavailable
 from canonical.protocol import REPLY, error_body
 from canonical.settings import GatewaySettings
 
+from . import admin
 from .channel_store import ChannelDirectory, ChannelEntry
 from .commands import CommandHandler
+from .devices import DeviceRegistry
 from .outbox import Outbox
 from .ports import AgentPort
 from .search import SearchIndex
@@ -57,6 +59,7 @@ class Controller:
         self.agent = agent
         self.outbox = Outbox(data_dir / "outbox.db")
         self.channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
+        self.devices = DeviceRegistry(data_dir / "devices.db")
         self.transcript = Transcript(state_db)
         self.search = SearchIndex(state_db)
         self.turns = TurnTracker()
@@ -72,12 +75,16 @@ class Controller:
         self.channels.ensure_default()
         await self.bus.register_tenant(self.tenant, self.token)
         self.running = True
+        # Events the previous process sequenced may never have been published: every
+        # connected device catches up from its cursor.
+        self.publish([{"type": "_control", "action": "resync"}])
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
             asyncio.create_task(self._consumer(), name="hdg-consumer"),
             asyncio.create_task(self._retention(), name="hdg-retention"),
         ]
+        admin.attach(self)  # admin credential, log redaction, metrics
 
     async def _retention(self) -> None:
         while True:
@@ -93,6 +100,7 @@ class Controller:
 
     async def stop(self) -> None:
         self.running = False
+        admin.detach(self)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -104,6 +112,7 @@ class Controller:
         self.outbox.close()
         self.channels.close()
         self.search.close()
+        self.devices.close()
 
     async def _heartbeat(self) -> None:
         # Short period: after a Redis restart devices cannot authenticate until this runs.

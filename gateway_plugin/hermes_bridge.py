@@ -34,6 +34,7 @@ from canonical.settings import GatewaySettings, load_settings, require_token
 
 from .channel_store import ChannelError
 from .controller import Controller
+from .setup_flow import interactive_setup
 
 log = logging.getLogger("hdg.plugin")
 
@@ -361,6 +362,7 @@ def register_platform(ctx: Any) -> None:
     options: dict[str, Any] = {
         "is_connected": is_connected,
         "env_enablement_fn": env_enablement,
+        "setup_fn": lambda: interactive_setup(home=Path(get_hermes_home())),
         "cron_deliver_env_var": "ANDROID_HOME_CHANNEL",
         "allowed_users_env": "ANDROID_ALLOWED_USERS",
         "allow_all_env": "ANDROID_ALLOW_ALL_USERS",

@@ -21,7 +21,7 @@ Lane = tuple[str, str | None]
 _CURSOR_RE = re.compile(r"\s*▉\s*$")
 # "💻 terminal", "🔍 web_search: \"cats\"", "⚙️ tool(...)", "💬 thinking…"
 _PROGRESS_RE = re.compile(r"^[^\w\s`\"'(\[*#>-]{1,4}\s+([A-Za-z_][\w.-]*)(\.\.\.|:|\(|\s*$|\n)")
-_NOTICE_PREFIXES = ("⚡",)
+_NOTICE_PREFIXES = ("⚡", "📬")
 
 
 def strip_cursor(text: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import home as homes
+from . import ops
 from .pairing import Pairing
 
 
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--device-id")
     chat.add_argument("--once", help="send one message, print the reply, exit")
     chat.set_defaults(func=cmd_chat)
+    ops.add_parsers(sub, default_home)  # setup, devices list|revoke, token rotate
     return parser
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from canonical.bus import token_digest
 from canonical.protocol import now_iso
 
 from ..errors import FrameRejected
@@ -70,6 +71,20 @@ def _search(f: Json) -> Json:
     }
 
 
+def _admin(f: Json, **args: Any) -> Json:
+    secret = fields.opt_str(f, "admin_token", max_len=512)
+    return {"admin_digest": token_digest(secret) if secret else None, **args}
+
+
+def _new_token(f: Json) -> str:
+    token = fields.req_str(f, "token", max_len=512)
+    if len(token) < 32 or not all(c.isascii() and (c.isalnum() or c in "._~-") for c in token):
+        raise FrameRejected(
+            "bad_request", "token must be 32-512 characters of [A-Za-z0-9._~-]", f.get("request_id")
+        )
+    return token
+
+
 _DECODERS: dict[str, Any] = {
     "message.send": _message_send,
     "sync": lambda f: {"cursor": _cursor(f)},
@@ -103,6 +118,12 @@ _DECODERS: dict[str, Any] = {
         "value": fields.req_str(f, "value", max_len=2000),
     },
     "fcm.register": lambda f: {"token": fields.req_str(f, "token", max_len=4096)},
+    # Admin frames (docs/operations.md): only the admin token's digest goes on the bus.
+    "admin.devices.list": lambda f: _admin(f),
+    "admin.devices.revoke": lambda f: _admin(
+        f, device_id=fields.req_str(f, "device_id", max_len=128)
+    ),
+    "admin.token.rotate": lambda f: _admin(f, token=_new_token(f)),
 }
 
 _LANE_KEYS = ("chat_id", "thread_id")

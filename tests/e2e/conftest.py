@@ -35,7 +35,7 @@ class Deployment:
         assert ready["type"] == "ready", ready
         return client
 
-    async def iris(self, device_id: str, edge: int = 0, cursor: int = 0) -> DeviceClient:
+    async def iris(self, device_id: str, edge: int = 0, cursor: int | None = None) -> DeviceClient:
         client = await self.client(edge)
         ack = await client.hello_iris(self.token, device_id, cursor=cursor)
         assert ack["type"] == "hello.ack", ack

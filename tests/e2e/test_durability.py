@@ -1,0 +1,221 @@
+"""Faults survived with nothing lost: every frame a device got is checked against the outbox."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+
+from canonical.client import DeviceClient
+from tests.e2e.conftest import Deployment
+from tests.e2e.flows import default_conversation
+from tests.e2e.outbox_check import check_delivery, outbox_events
+from tests.harness.processes import RedisServer
+
+Json = dict
+
+
+async def _send(client: DeviceClient, text: str, client_id: str) -> Json:
+    start = len(client.frames)
+    await client.send(
+        {"type": "message.send", "chat_id": "android:default", "text": text, "client_id": client_id}
+    )
+    ack = await client.wait_for(
+        lambda f: f.get("client_id") == client_id and f.get("type") in ("message.ack", "error"),
+        30,
+        start,
+    )
+    assert ack["type"] == "message.ack", ack
+    return ack
+
+
+def _finished(deployment: Deployment, run_id: str) -> bool:
+    return any(
+        e["type"] == "run.finished" and e.get("run_id") == run_id
+        for e in outbox_events(deployment.home.path)
+    )
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 90.0) -> None:
+    for _ in range(int(timeout / 0.1)):
+        if predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise TimeoutError("condition not reached")
+
+
+def _assert_clean(result: object) -> None:
+    assert result.lost == 0 and result.duplicated == 0 and result.out_of_order == 0, result  # type: ignore[attr-defined]
+    assert result.expected > 0  # type: ignore[attr-defined]
+
+
+async def test_redis_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
+    scaled: Callable[..., Deployment], redis_factory: Callable[..., RedisServer]
+) -> None:
+    redis = redis_factory()
+    deployment = scaled(edges=2, redis=redis)
+    phone = await deployment.iris("phone", edge=0)
+    tablet = await deployment.iris("tablet", edge=1)
+    after = phone.last_cursor
+    ack = await _send(phone, "[long] tell me a long story", "c-redis-kill")
+    await phone.wait_type("message.update", timeout=60)
+    redis.kill9()
+    await asyncio.sleep(1.0)
+    redis.restart()
+    await phone.wait_type("run.finished", timeout=90, run_id=ack["run_id"])
+    await tablet.wait_type("run.finished", timeout=90, run_id=ack["run_id"])
+    _assert_clean(
+        check_delivery(
+            "redis kill -9 mid-stream (phone)", phone.frames, deployment.home.path, after
+        )
+    )
+    _assert_clean(
+        check_delivery(
+            "redis kill -9 mid-stream (tablet)", tablet.frames, deployment.home.path, after
+        )
+    )
+
+
+async def test_the_edge_a_device_is_on_dies_mid_stream_and_the_device_resumes_on_the_other(
+    scaled: Callable[..., Deployment],
+) -> None:
+    deployment = scaled(edges=2)
+    phone = await deployment.iris("phone", edge=0)
+    after = phone.last_cursor
+    ack = await _send(phone, "[long] a story across edges", "c-edge-kill")
+    await phone.wait_type("message.update", timeout=60)
+    deployment.edges[0].process.kill9()
+    await phone.wait_closed()
+    resumed = await deployment.iris("phone", edge=1, cursor=phone.last_cursor)
+    await resumed.wait_type("run.finished", timeout=90, run_id=ack["run_id"])
+    _assert_clean(
+        check_delivery(
+            "edge kill -9 mid-stream", phone.frames + resumed.frames, deployment.home.path, after
+        )
+    )
+
+
+async def test_a_gateway_restart_between_send_and_reply_finishes_the_run_once(
+    scaled: Callable[..., Deployment],
+) -> None:
+    deployment = scaled(edges=1)
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[slow] do the slow thing", "c-restart-before")
+    deployment.gateway.stop()
+    deployment.gateway.restart(
+        lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected"
+    )
+    finished = await phone.wait_type("run.finished", timeout=120, run_id=ack["run_id"])
+    assert finished["status"] in ("completed", "failed")
+    await asyncio.sleep(0.5)
+    _assert_clean(
+        check_delivery(
+            "gateway restart before the reply", phone.frames, deployment.home.path, after
+        )
+    )
+    runs = [
+        e
+        for e in outbox_events(deployment.home.path)
+        if e["type"] == "run.finished" and e["run_id"] == ack["run_id"]
+    ]
+    assert len(runs) == 1
+
+
+async def test_a_gateway_restart_mid_stream_finishes_the_run_once(
+    scaled: Callable[..., Deployment],
+) -> None:
+    deployment = scaled(edges=1)
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[verylong] a very long story", "c-restart-mid")
+    await phone.wait_type("message.update", timeout=60)
+    deployment.gateway.stop()
+    deployment.gateway.restart(
+        lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected"
+    )
+    await phone.wait_type("run.finished", timeout=120, run_id=ack["run_id"])
+    await asyncio.sleep(0.5)
+    _assert_clean(
+        check_delivery("gateway restart mid-stream", phone.frames, deployment.home.path, after)
+    )
+
+
+async def test_a_device_offline_for_the_whole_turn_gets_all_of_it_when_it_returns(
+    scaled: Callable[..., Deployment],
+) -> None:
+    deployment = scaled(edges=2)
+    phone = await deployment.iris("phone", edge=0)
+    after = phone.last_cursor
+    ack = await _send(phone, "[tool] do it while I am away", "c-offline")
+    await phone.close()
+    await _until(lambda: _finished(deployment, ack["run_id"]))
+    back = await deployment.iris("phone", edge=1, cursor=phone.last_cursor)
+    await back.wait_type("run.finished", timeout=30, run_id=ack["run_id"])
+    _assert_clean(
+        check_delivery(
+            "device offline for the whole turn",
+            phone.frames + back.frames,
+            deployment.home.path,
+            after,
+        )
+    )
+
+
+async def test_the_same_send_delivered_twice_runs_once(scaled: Callable[..., Deployment]) -> None:
+    deployment = scaled(edges=2)
+    phone = await deployment.iris("phone", edge=0)
+    other_edge = await deployment.iris("phone", edge=1)
+    first = await _send(phone, "[tool] only once please", "c-twice")
+    again = await _send(other_edge, "[tool] only once please", "c-twice")
+    assert again["run_id"] == first["run_id"]
+    await phone.wait_type("run.finished", timeout=60, run_id=first["run_id"])
+    third = await _send(phone, "[tool] only once please", "c-twice")
+    assert third["run_id"] == first["run_id"]
+    pheby = await deployment.pheby(edge=1)
+    conversation_id = await default_conversation(pheby)
+    frame = {
+        "type": "chat.send",
+        "conversation_id": conversation_id,
+        "text": "pheby once",
+        "request_id": "same-rid",
+    }
+    start = len(pheby.frames)
+    await pheby.send(dict(frame))
+    accepted = await pheby.wait_type("run.accepted", start=start, request_id="same-rid")
+    await pheby.wait_type("run.finished", timeout=60, run_id=accepted["run_id"])
+    retry = await pheby.request(dict(frame))
+    assert retry["type"] == "run.accepted" and retry["run_id"] == accepted["run_id"]
+    events = outbox_events(deployment.home.path)
+    assert (
+        len([e for e in events if e["type"] == "run.accepted" and e.get("client_id") == "c-twice"])
+        == 1
+    )
+    assert (
+        len(
+            [e for e in events if e["type"] == "run.accepted" and e.get("request_id") == "same-rid"]
+        )
+        == 1
+    )
+    state = sqlite3.connect(f"file:{deployment.home.path / 'state.db'}?mode=ro", uri=True)
+    try:
+        users = state.execute(
+            "SELECT COUNT(*) FROM messages WHERE role = 'user' AND content LIKE '%only once please%'"
+        ).fetchone()[0]
+    finally:
+        state.close()
+    assert users == 1
+
+
+async def test_a_retry_after_a_gateway_restart_returns_the_original_run(
+    scaled: Callable[..., Deployment],
+) -> None:
+    deployment = scaled(edges=1)
+    phone = await deployment.iris("phone")
+    first = await _send(phone, "[tool] remember me", "c-restart-retry")
+    await phone.wait_type("run.finished", timeout=60, run_id=first["run_id"])
+    deployment.gateway.restart(
+        lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected"
+    )
+    retry = await _send(phone, "[tool] remember me", "c-restart-retry")
+    assert retry["run_id"] == first["run_id"]
