@@ -25,6 +25,10 @@ Lane = tuple[str, str | None]
 SERVER_CAPS = ["streaming", "channels", "threads", "auto_thread", "search", "sync", "cursor_ack"]
 
 
+def _strip_lane(event: Json) -> Json:
+    return {k: v for k, v in event.items() if k not in ("lane", "cursor", "picker_id")}
+
+
 def _lane(entry: ChannelEntry) -> Lane:
     return (entry.chat_id, entry.thread_id)
 
@@ -37,7 +41,12 @@ class CommandHandler:
         name = str(command.get("cmd"))
         if name.startswith("admin."):
             return await admin.handle(self.c, command)
-        handler = getattr(self, "cmd_" + name.replace(".", "_"), None)
+        method = "cmd_" + name.replace(".", "_")
+        handler = (
+            getattr(self, method, None)
+            or getattr(self.c.desk, method, None)
+            or getattr(self.c.prefs, method, None)
+        )
         admin.observe_command(name, handler is not None)
         request_id = command.get("request_id")
         if handler is None:
@@ -388,6 +397,7 @@ class CommandHandler:
             _lane(entry), limit, args.get("before_message_id")
         )
         run = self.c.turns.active(_lane(entry))
+        snapshot = self.c.desk.snapshot(_lane(entry))
         run_state = None
         if run is not None:
             run_state = {
@@ -406,9 +416,9 @@ class CommandHandler:
                 "has_more": has_more,
                 "attachments": [],
                 "run": run_state,
-                "tools": [],
-                "approvals": [],
-                "clarifications": [],
+                "tools": [_strip_lane(t) for t in snapshot["tools"]],
+                "approvals": [_strip_lane(a) for a in snapshot["approvals"]],
+                "clarifications": [_strip_lane(c) for c in snapshot["clarifications"]],
             },
         )
 

@@ -22,9 +22,11 @@ from canonical.settings import GatewaySettings
 from . import admin
 from .channel_store import ChannelDirectory, ChannelEntry
 from .commands import CommandHandler
+from .decisions import DecisionDesk
 from .devices import DeviceRegistry
 from .outbox import Outbox
 from .ports import AgentPort
+from .preferences import Preferences
 from .search import SearchIndex
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
@@ -64,6 +66,8 @@ class Controller:
         self.search = SearchIndex(state_db)
         self.turns = TurnTracker()
         self.commands = CommandHandler(self)
+        self.desk = DecisionDesk(self)
+        self.prefs = Preferences(self)
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
@@ -73,6 +77,7 @@ class Controller:
     # -- lifecycle
     async def start(self) -> None:
         self.channels.ensure_default()
+        self.prefs.restore_yolo()
         await self.bus.register_tenant(self.tenant, self.token)
         self.running = True
         # Events the previous process sequenced may never have been published: every
@@ -293,6 +298,7 @@ class Controller:
             error = "the agent could not complete this turn"
         self.emit(self.turns.finish(lane, status, error))
         self.outbox.finish_run(run.run_id)
+        self.desk.expire_lane(lane)
 
     def on_send(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
         """Classify one outbound send; returns the message id Hermes will edit."""
@@ -330,8 +336,59 @@ class Controller:
             return
         self.emit(self.turns.on_edit(message_id, content))
 
-    def note_tool(self, tool_name: str) -> None:
-        self.turns.known_tools.add(tool_name)
+    def typing(self, lane: Lane, on: bool) -> None:
+        """Typing is ephemeral: published, never sequenced (a replay would be noise)."""
+        self.publish([{"type": "typing", "lane": list(lane), "on": on, "ts": _now()}])
+
+    def notice(self, lane: Lane, text: str) -> None:
+        run = self.turns.active(lane)
+        self.emit(
+            notice_events(lane, self.conversation_id(lane), text, run.run_id if run else None)
+        )
+
+    # Hermes hooks and prompts → the decision desk (called on the gateway loop).
+    def on_tool_start(self, lane: Lane, tool_call_id: str, tool_name: str, args: Any) -> None:
+        self.desk.on_tool_start(lane, tool_call_id, tool_name, args)
+
+    def on_tool_end(
+        self,
+        lane: Lane,
+        tool_call_id: str,
+        tool_name: str,
+        status: str,
+        duration_ms: Any,
+        error: Any,
+    ) -> None:
+        self.desk.on_tool_end(lane, tool_call_id, tool_name, status, duration_ms, error)
+
+    def on_approval_request(
+        self, lane: Lane, session_key: str, command: str, description: str, allow_permanent: bool
+    ) -> None:
+        self.desk.on_approval_request(lane, session_key, command, description, allow_permanent)
+
+    def on_approval_outcome(self, session_key: str, choice: str) -> None:
+        self.desk.on_approval_outcome(session_key, choice)
+
+    def on_clarify_request(
+        self,
+        lane: Lane,
+        session_key: str,
+        clarify_id: str,
+        question: str,
+        choices: list[str] | None,
+    ) -> None:
+        self.desk.on_clarify_request(lane, session_key, clarify_id, question, choices)
+
+    def on_picker(
+        self,
+        lane: Lane,
+        kind: str,
+        session_key: str,
+        body: Json,
+        callback: Any,
+        confirm_id: str | None = None,
+    ) -> None:
+        self.desk.on_picker(lane, kind, session_key, body, callback, confirm_id)
 
     def active_run(self, lane: Lane) -> Run | None:
         return self.turns.active(lane)

@@ -1,18 +1,20 @@
 """The anti-corruption layer: every Hermes import of the project lives here.
 
-A Hermes upgrade touches this module only. It registers the `android` platform and
-implements the adapter as a thin shell over the Controller (which knows nothing of
-Hermes), plus the AgentPort the controller uses to reach Hermes.
+A Hermes upgrade touches this module only. It re-exports the Hermes types the adapter
+(`adapter.py`) builds on, registers the `android` platform, wires Hermes' plugin hooks,
+and wraps the Hermes functions and gateway-runner internals the plugin calls (approvals,
+clarify, slash-confirm, YOLO, model and reasoning selection), each behind a plain
+function with a stable signature.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,21 +27,19 @@ from gateway.platforms.base import (
     ProcessingOutcome,
     SendResult,
 )
-from hermes_constants import get_hermes_home
+from gateway.session_context import get_session_env
+from hermes_constants import VALID_REASONING_EFFORTS, get_hermes_home
 
-from canonical.bus import open_bus
-from canonical.errors import BusUnavailable, SettingsError
-from canonical.protocol import new_id, now_iso
+from canonical.errors import SettingsError
 from canonical.settings import GatewaySettings, load_settings, require_token
 
-from .channel_store import ChannelError
-from .controller import Controller
 from .setup_flow import interactive_setup
 
 log = logging.getLogger("hdg.plugin")
 
 PLATFORM = "android"
 Lane = tuple[str, str | None]
+REASONING_EFFORTS = ["none", *VALID_REASONING_EFFORTS]
 
 PLATFORM_HINT = (
     "You are chatting with the user through their native app (Android/Desktop). It renders "
@@ -47,10 +47,25 @@ PLATFORM_HINT = (
     "Conversations are organized into channels and optional threads. Keep formatting rich but readable."
 )
 
-_ADAPTERS: list[AndroidAdapter] = []
+__all__ = [
+    "PLATFORM",
+    "REASONING_EFFORTS",
+    "BasePlatformAdapter",
+    "MessageEvent",
+    "MessageType",
+    "Platform",
+    "PlatformConfig",
+    "ProcessingOutcome",
+    "SendResult",
+    "get_hermes_home",
+    "register_platform",
+]
+
+# Live adapters of this process, for the plugin hooks (which Hermes calls without one).
+ADAPTERS: list[Any] = []
 
 
-def _settings_from(config: PlatformConfig | None) -> GatewaySettings:
+def settings_from(config: PlatformConfig | None) -> GatewaySettings:
     extra = dict(getattr(config, "extra", None) or {})
     if config is not None and getattr(config, "token", None) and "token" not in extra:
         extra["token"] = config.token
@@ -59,7 +74,7 @@ def _settings_from(config: PlatformConfig | None) -> GatewaySettings:
 
 def _token_configured(config: PlatformConfig | None = None) -> bool:
     try:
-        return bool(_settings_from(config).token_value())
+        return bool(settings_from(config).token_value())
     except SettingsError:
         return False
 
@@ -80,7 +95,7 @@ def is_connected(config: PlatformConfig) -> bool:
 
 def validate_config(config: PlatformConfig) -> bool:
     try:
-        settings = _settings_from(config)
+        settings = settings_from(config)
         require_token(settings)
     except SettingsError as exc:
         log.error("android platform disabled: %s", exc)
@@ -108,252 +123,158 @@ def tenant_for(settings: GatewaySettings, home: Path) -> str:
     return "t" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
 
 
-class AndroidAdapter(BasePlatformAdapter):  # type: ignore[misc]
-    """The `android` platform: Hermes on one side, the device bus on the other."""
+# -- plugin hooks: they run on agent worker threads and carry session_id, not a lane.
+def _hook_lane() -> Lane | None:
+    if get_session_env("HERMES_SESSION_PLATFORM") != PLATFORM:
+        return None
+    chat_id = get_session_env("HERMES_SESSION_CHAT_ID")
+    if not chat_id:
+        return None
+    return (chat_id, get_session_env("HERMES_SESSION_THREAD_ID") or None)
 
-    SUPPORTS_MESSAGE_EDITING = True
-    MAX_MESSAGE_LENGTH = 0
-    supports_code_blocks = True
 
-    def __init__(self, config: PlatformConfig) -> None:
-        super().__init__(config, Platform(PLATFORM))
-        self.hdg_settings = _settings_from(config)
-        self.controller: Controller | None = None
-        self._server: Any = None
-        self._server_task: asyncio.Task[None] | None = None
-
-    @property
-    def authorization_is_upstream(self) -> bool:
-        # The edge verified the token (constant time, lockout) and the controller checks
-        # the device allowlist at hello; Hermes' own allowlist would deny by default.
-        return True
-
-    # -- lifecycle
-    async def connect(self, *, is_reconnect: bool = False) -> bool:
-        settings = self.hdg_settings
-        try:
-            token = require_token(settings)
-        except SettingsError as exc:
-            self._set_fatal_error("config_invalid", str(exc), retryable=False)
-            return False
-        home = Path(get_hermes_home())
-        data_dir = settings.data_dir or home / PLATFORM
-        bus = open_bus(settings.bus_url)
-        self.controller = Controller(
-            settings,
-            bus,
-            tenant=tenant_for(settings, home),
-            token=token,
-            data_dir=data_dir,
-            state_db=home / "state.db",
-            agent=self,
-        )
-        try:
-            await self.controller.start()
-        except BusUnavailable as exc:
-            self._set_fatal_error(
-                "bus_unavailable",
-                f"cannot reach {settings.bus_url.split('@')[-1]}: {exc}",
-                retryable=True,
-            )
-            return False
-        # The edge opens only once the tenant is registered, so a device's first hello works.
-        if settings.embedded and not await self._start_embedded_edge(settings, bus):
-            await self.controller.stop()
-            self.controller = None
-            return False
-        _ADAPTERS.append(self)
-        if settings.allow_all_users:
-            log.warning(
-                "ANDROID_ALLOW_ALL_USERS is on: any device with the token may connect (dev only)"
-            )
-        self._mark_connected()
-        return True
-
-    async def _start_embedded_edge(self, settings: GatewaySettings, bus: Any) -> bool:
-        from edge.app import build_app
-        from edge.server import EmbeddedServer, bind_check, make_state, uvicorn_config
-
-        try:
-            bind_check(settings.ws_host, settings.ws_port)
-        except OSError as exc:
-            self._set_fatal_error(
-                "bind_failed",
-                f"cannot listen on {settings.ws_host}:{settings.ws_port} ({exc.strerror}); set ANDROID_WS_PORT",
-                retryable=True,
-            )
-            return False
-        state = make_state(settings, bus)
-        self._server = EmbeddedServer(uvicorn_config(build_app(state), settings))
-        self._server_task = asyncio.create_task(self._server.serve(), name="hdg-embedded-edge")
-        for _ in range(200):
-            if self._server.started or self._server_task.done():
-                break
-            await asyncio.sleep(0.025)
-        if not self._server.started:
-            self._set_fatal_error(
-                "bind_failed",
-                f"edge did not start on {settings.ws_host}:{settings.ws_port}",
-                retryable=True,
-            )
-            return False
-        log.info("android edge listening on %s:%d (embedded)", settings.ws_host, settings.ws_port)
-        return True
-
-    async def _stop_embedded_edge(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._server_task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(self._server_task, 8)
-            self._server = None
-
-    async def disconnect(self) -> None:
-        await self._stop_embedded_edge()
-        if self.controller is not None:
-            await self.controller.stop()
-        if self in _ADAPTERS:
-            _ADAPTERS.remove(self)
-        self._mark_disconnected()
-
-    # -- lanes
-    def _lane(self, chat_id: str, metadata: dict[str, Any] | None) -> Lane | None:
-        assert self.controller is not None
-        thread_id = (metadata or {}).get("thread_id")
-        if thread_id:
-            return (chat_id, str(thread_id))
-        if self.controller.channels.get(chat_id, None) is not None:
-            return (chat_id, None)
-        try:
-            # Cron passes "<chat>:<thread>" as one chat id, or a channel name.
-            entry = self.controller.channels.resolve_target(chat_id)
-        except ChannelError as exc:
-            log.error(
-                "android: no channel for delivery target %r (%s); not delivered", chat_id, exc
-            )
-            return None
-        return (entry.chat_id, entry.thread_id)
-
-    # -- Hermes → devices
-    async def send(
-        self,
-        chat_id: str,
-        content: str,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Any:
-        if self.controller is None:
-            return SendResult(
-                success=False, error="android adapter is not connected", retryable=True
-            )
-        lane = self._lane(chat_id, metadata)
-        if lane is None:
-            return SendResult(success=False, error=f"unknown android target {chat_id!r}")
-        message_id = self.controller.on_send(lane, content, metadata)
-        return SendResult(success=True, message_id=message_id)
-
-    async def edit_message(
-        self, chat_id: str, message_id: str, content: str, *, finalize: bool = False
-    ) -> Any:
-        if self.controller is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_edit(message_id, content)
-        return SendResult(success=True, message_id=message_id)
-
-    async def send_typing(self, chat_id: str, metadata: dict[str, Any] | None = None) -> None:
-        if self.controller is None:
-            return
-        lane = self._lane(chat_id, metadata)
-        if lane is not None:
-            self.controller.publish(
-                [{"type": "typing", "lane": list(lane), "on": True, "ts": now_iso()}]
-            )
-
-    async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
-        entry = self.controller.channels.get(chat_id, None) if self.controller else None
-        return {"name": entry.name if entry else chat_id, "type": "dm"}
-
-    async def on_processing_start(self, event: MessageEvent) -> None:
-        if self.controller is None or event.source is None:
-            return
-        lane = (str(event.source.chat_id), event.source.thread_id)
-        self.controller.on_processing_start(lane, (event.metadata or {}).get("hdg_run_id"))
-
-    async def on_processing_complete(self, event: MessageEvent, outcome: ProcessingOutcome) -> None:
-        if self.controller is None or event.source is None:
-            return
-        lane = (str(event.source.chat_id), event.source.thread_id)
-        self.controller.on_processing_complete(
-            lane, (event.metadata or {}).get("hdg_run_id"), outcome.value
-        )
-
-    # -- AgentPort: the controller reaching Hermes
-    async def wait_ready(self) -> None:
-        for _ in range(1200):
-            runner = getattr(self, "gateway_runner", None)
-            if runner is not None and not getattr(runner, "_startup_restore_in_progress", False):
-                return
-            await asyncio.sleep(0.05)
-
-    async def submit(
-        self,
-        lane: Lane,
-        text: str,
-        *,
-        user_id: str,
-        user_name: str,
-        run_id: str | None,
-        chat_name: str,
-    ) -> None:
-        source = self.build_source(
-            chat_id=lane[0],
-            chat_name=chat_name,
-            chat_type="dm",
-            user_id=user_id,
-            user_name=user_name,
-            thread_id=lane[1],
-        )
-        kind = MessageType.COMMAND if text.lstrip().startswith("/") else MessageType.TEXT
-        event = MessageEvent(
-            text=text,
-            message_type=kind,
-            source=source,
-            message_id=new_id(8),
-            metadata={"hdg_run_id": run_id} if run_id else {},
-        )
-        await self.handle_message(event)
-
-    async def interrupt(self, lane: Lane, *, user_id: str) -> None:
-        await self.submit(
-            lane, "/stop", user_id=user_id, user_name=user_id, run_id=None, chat_name=lane[0]
-        )
-
-    def delete_transcript(self, lane: Lane) -> int:
-        from hermes_state import SessionDB
-
-        assert self.controller is not None
-        db = SessionDB()
-        deleted = 0
-        try:
-            for session in self.controller.transcript.sessions(lane):
-                if db.delete_session(session["id"]):
-                    deleted += 1
-        finally:
-            close = getattr(db, "close", None)
-            if callable(close):
-                close()
-        return deleted
+def _hand_off(method: str, *args: Any) -> None:
+    """Call a controller method on its event loop without blocking the agent thread."""
+    for adapter in list(ADAPTERS):
+        controller, loop = adapter.controller, adapter.loop
+        if controller is None or loop is None or loop.is_closed():
+            continue
+        loop.call_soon_threadsafe(getattr(controller, method), *args)
 
 
 def _on_pre_tool_call(**kwargs: Any) -> None:
-    name = kwargs.get("tool_name")
-    if not name:
+    lane = _hook_lane()
+    name = str(kwargs.get("tool_name") or "")
+    if lane is None or not name:
         return
-    for adapter in list(_ADAPTERS):
-        controller = adapter.controller
-        if controller is not None:
-            # Hooks run on agent worker threads; a set add is atomic under the GIL.
-            controller.turns.known_tools.add(str(name))
+    call_id = str(kwargs.get("tool_call_id") or f"{name}-{kwargs.get('turn_id')}")
+    _hand_off("on_tool_start", lane, call_id, name, kwargs.get("args"))
+
+
+def _on_post_tool_call(**kwargs: Any) -> None:
+    lane = _hook_lane()
+    name = str(kwargs.get("tool_name") or "")
+    if lane is None or not name:
+        return
+    call_id = str(kwargs.get("tool_call_id") or f"{name}-{kwargs.get('turn_id')}")
+    status = str(kwargs.get("status") or "ok")
+    interrupted = "interrupt" in str(kwargs.get("error_type") or "").lower()
+    outcome = (
+        "completed"
+        if status in ("ok", "success", "completed")
+        else ("cancelled" if interrupted or status == "cancelled" else "failed")
+    )
+    error = kwargs.get("error_message") or kwargs.get("error_type")
+    _hand_off("on_tool_end", lane, call_id, name, outcome, kwargs.get("duration_ms"), error)
+
+
+def _on_post_approval_response(**kwargs: Any) -> None:
+    if kwargs.get("surface") not in (None, "gateway"):
+        return
+    session_key = str(kwargs.get("session_key") or "")
+    if session_key:
+        _hand_off("on_approval_outcome", session_key, str(kwargs.get("choice") or ""))
+
+
+# -- Hermes functions the commands need
+def resolve_approval(session_key: str, choice: str, reason: str | None) -> int:
+    from tools.approval import resolve_gateway_approval
+
+    return int(resolve_gateway_approval(session_key, choice, reason=reason))
+
+
+def resolve_clarify(clarify_id: str, response: str) -> bool:
+    from tools.clarify_gateway import resolve_gateway_clarify
+
+    return bool(resolve_gateway_clarify(clarify_id, response))
+
+
+async def resolve_confirm(session_key: str, confirm_id: str, choice: str) -> str | None:
+    from tools import slash_confirm
+
+    reply = await slash_confirm.resolve(session_key, confirm_id, choice)
+    return None if reply is None else str(reply)
+
+
+def set_yolo(session_key: str, enabled: bool) -> None:
+    from tools.approval import disable_session_yolo, enable_session_yolo
+
+    (enable_session_yolo if enabled else disable_session_yolo)(session_key)
+
+
+def yolo_enabled(session_key: str) -> bool:
+    from tools.approval import is_session_yolo_enabled
+
+    return bool(is_session_yolo_enabled(session_key))
+
+
+def session_key_for(runner: Any, source: Any) -> str:
+    return str(runner._session_key_for_source(source))
+
+
+def model_state(runner: Any, session_key: str) -> tuple[str, str, str]:
+    """(model, provider, scope) in effect for a session."""
+    override = (getattr(runner, "_session_model_overrides", {}) or {}).get(session_key)
+    if override and override.get("model"):
+        return str(override["model"]), str(override.get("provider") or ""), "conversation"
+    from hermes_cli.config import load_config
+
+    model_cfg = (load_config() or {}).get("model") or {}
+    if isinstance(model_cfg, str):
+        return model_cfg, "", "global"
+    return (
+        str(model_cfg.get("default") or model_cfg.get("model") or ""),
+        str(model_cfg.get("provider") or ""),
+        "global",
+    )
+
+
+def reasoning_state(runner: Any, source: Any, session_key: str) -> tuple[str | None, bool, str]:
+    """(effort or None for the provider default, enabled, scope) for a session."""
+    model = str(
+        ((getattr(runner, "_session_model_overrides", {}) or {}).get(session_key) or {}).get(
+            "model"
+        )
+        or ""
+    )
+    config = runner._resolve_session_reasoning_config(
+        source=source, session_key=session_key, model=model
+    )
+    scope = (
+        "conversation"
+        if session_key in (getattr(runner, "_session_reasoning_overrides", {}) or {})
+        else "global"
+    )
+    if config is None:
+        return None, True, scope
+    if config.get("enabled") is False:
+        return "none", False, scope
+    return str(config.get("effort") or "") or None, True, scope
+
+
+async def run_model_command(runner: Any, event: MessageEvent) -> str:
+    return str(await runner._handle_model_command(event) or "")
+
+
+async def run_reasoning_command(runner: Any, event: MessageEvent) -> str:
+    return str(await runner._handle_reasoning_command(event) or "")
+
+
+def delete_sessions(session_ids: list[str]) -> int:
+    """Delete Hermes sessions (transcript and messages) through Hermes' own SessionDB."""
+    from hermes_state import SessionDB
+
+    db = SessionDB()
+    deleted = 0
+    try:
+        for session_id in session_ids:
+            if db.delete_session(session_id):
+                deleted += 1
+    finally:
+        close = getattr(db, "close", None)
+        if callable(close):
+            close()
+    return deleted
 
 
 def register_platform(ctx: Any) -> None:
@@ -371,16 +292,28 @@ def register_platform(ctx: Any) -> None:
         "pii_safe": False,
         "platform_hint": PLATFORM_HINT,
     }
+
+    def make_adapter(config: PlatformConfig) -> Any:
+        from .adapter import AndroidAdapter
+
+        return AndroidAdapter(config)
+
     ctx.register_platform(
         name=PLATFORM,
         label="Android",
-        adapter_factory=lambda cfg: AndroidAdapter(cfg),
+        adapter_factory=make_adapter,
         check_fn=check_requirements,
         validate_config=validate_config,
         required_env=["ANDROID_TOKEN"],
         install_hint="pip install hermes-device-gateway",
         **{k: v for k, v in options.items() if k in entry_fields},
     )
-    register_hook = getattr(ctx, "register_hook", None)
+    register_hook: Callable[..., Any] | None = getattr(ctx, "register_hook", None)
     if callable(register_hook):
         register_hook("pre_tool_call", _on_pre_tool_call)
+        register_hook("post_tool_call", _on_post_tool_call)
+        register_hook("post_approval_response", _on_post_approval_response)
+
+
+def running_loop() -> asyncio.AbstractEventLoop:
+    return asyncio.get_running_loop()

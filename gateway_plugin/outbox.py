@@ -213,6 +213,25 @@ class Outbox:
             ).fetchone()
         return str(json.loads(row[0]).get("text", "")) if row else ""
 
+    # -- small persistent settings (e.g. YOLO per session, which Hermes keeps in memory only)
+    def set_meta(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    def delete_meta(self, key: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    def meta_keys(self, prefix: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key FROM meta WHERE substr(key, 1, ?) = ?", (len(prefix), prefix)
+            ).fetchall()
+        return [str(row[0])[len(prefix) :] for row in rows]
+
     # -- inbound commands already carried out (a crash between effect and XACK)
     def was_processed(self, entry_id: str) -> bool:
         with self._lock:

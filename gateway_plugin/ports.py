@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 Lane = tuple[str, str | None]
 
@@ -11,7 +11,16 @@ class AgentPort(Protocol):
     async def wait_ready(self) -> None:
         """Return once Hermes accepts inbound messages (startup restore finished)."""
 
-    async def submit(self, lane: Lane, text: str, *, user_id: str, user_name: str, run_id: str | None, chat_name: str) -> None:
+    async def submit(
+        self,
+        lane: Lane,
+        text: str,
+        *,
+        user_id: str,
+        user_name: str,
+        run_id: str | None,
+        chat_name: str,
+    ) -> None:
         """Hand one user message to Hermes' pipeline (`handle_message`)."""
 
     async def interrupt(self, lane: Lane, *, user_id: str) -> None:
@@ -19,3 +28,35 @@ class AgentPort(Protocol):
 
     def delete_transcript(self, lane: Lane) -> int:
         """Delete the lane's Hermes sessions; return how many."""
+
+    def session_key(self, lane: Lane) -> str:
+        """Hermes' session key for the lane."""
+
+    def resolve_approval(self, session_key: str, choice: str, reason: str | None) -> int:
+        """Resolve the session's pending approval; how many were resolved."""
+
+    def resolve_clarify(self, clarify_id: str, response: str) -> bool: ...
+
+    async def resolve_confirm(
+        self, session_key: str, confirm_id: str, choice: str
+    ) -> str | None: ...
+
+    def set_yolo(self, session_key: str, enabled: bool) -> None: ...
+
+    def yolo_enabled(self, session_key: str) -> bool: ...
+
+    async def model_picker_data(self, lane: Lane) -> dict[str, Any]:
+        """Providers and models from Hermes' own credential-aware picker data."""
+
+    def model_state(self, lane: Lane) -> tuple[str, str, str]:
+        """(model, provider, scope) in effect for the lane."""
+
+    async def set_model(self, lane: Lane, model: str, provider: str | None, scope: str) -> str:
+        """Switch the model (scope conversation|global); Hermes' reply text."""
+
+    def reasoning_state(self, lane: Lane) -> tuple[str | None, bool, str]:
+        """(effort, enabled, scope) in effect for the lane."""
+
+    async def set_reasoning(self, lane: Lane, effort: str, scope: str) -> str: ...
+
+    def reasoning_efforts(self) -> list[str]: ...

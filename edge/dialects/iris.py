@@ -127,6 +127,13 @@ _DECODERS: dict[str, Any] = {
 }
 
 _LANE_KEYS = ("chat_id", "thread_id")
+_PICKER_NAMES = {
+    "approval.request": "picker.approval",
+    "clarify.request": "picker.clarify",
+    "approval.resolved": "picker.resolved",
+    "clarify.resolved": "picker.resolved",
+}
+_NOT_IRIS = frozenset({"lane", "conversation_id", "approval_id", "clarify_id", "session_key"})
 
 
 class IrisDialect:
@@ -209,8 +216,16 @@ class IrisDialect:
                 "thread_id": lane[1],
                 "on": event.get("on", True),
             }
-        if kind.startswith(("channel.", "picker.", "commentary", "media.")):
+        if kind in _PICKER_NAMES:
+            # Approvals and clarifications are pickers in this dialect.
+            body = {k: v for k, v in event.items() if k not in _NOT_IRIS}
+            return {**body, "type": _PICKER_NAMES[kind], **base}
+        if kind.startswith(
+            ("channel.", "picker.", "commentary", "media.", "yolo.", "model.", "reasoning.")
+        ):
             body = {k: v for k, v in event.items() if k not in ("lane", "conversation_id")}
+            if "lane" in event:
+                body.update(base)
             return body
         return None
 

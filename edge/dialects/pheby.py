@@ -100,6 +100,64 @@ _DECODERS: dict[str, Any] = {
 }
 
 
+# Exact field sets of the spec's events (optional ones only when present).
+_FIELDS: dict[str, tuple[str, ...]] = {
+    "tool.event": (
+        "type",
+        "conversation_id",
+        "run_id",
+        "tool_call_id",
+        "tool_name",
+        "status",
+        "args_redacted",
+        "duration_ms",
+        "error",
+        "ts",
+    ),
+    "approval.request": (
+        "type",
+        "approval_id",
+        "session_key",
+        "conversation_id",
+        "run_id",
+        "command",
+        "description",
+        "choices",
+        "ts",
+    ),
+    "approval.resolved": ("type", "approval_id", "choice", "accepted", "status", "request_id"),
+    "clarify.request": (
+        "type",
+        "clarify_id",
+        "session_key",
+        "conversation_id",
+        "run_id",
+        "question",
+        "choices",
+        "allow_free_text",
+        "ts",
+    ),
+    "clarify.resolved": ("type", "clarify_id", "accepted", "status", "request_id"),
+    "yolo.changed": ("type", "enabled", "scope", "conversation_id"),
+    "model.changed": ("type", "model", "provider", "scope"),
+    "reasoning.changed": ("type", "effort", "scope"),
+}
+_ALWAYS = frozenset({"type", "conversation_id", "run_id", "choices", "choice", "duration_ms"})
+
+
+def _pick(event: Json, keys: tuple[str, ...]) -> Json:
+    status = event.get("status")
+    out: Json = {}
+    for key in keys:
+        if key == "args_redacted" and status != "running":
+            continue
+        if key == "duration_ms" and event.get("type") == "tool.event" and status == "running":
+            continue
+        if key in event and (event[key] is not None or key in _ALWAYS):
+            out[key] = event[key]
+    return out
+
+
 class PhebyDialect:
     name = "pheby"
 
@@ -162,12 +220,8 @@ class PhebyDialect:
             if event.get("status") == "failed":
                 out["error"] = event.get("error") or "run failed"
             return out
-        if kind == "tool.event":
-            return {
-                k: v
-                for k, v in event.items()
-                if k not in ("cursor", "lane", "chat_id", "thread_id")
-            }
+        if kind in _FIELDS:
+            return _pick(event, _FIELDS[kind])
         if kind in ("channel.created", "channel.renamed"):
             entry = event["entry"]
             if entry.get("archived"):
@@ -183,22 +237,11 @@ class PhebyDialect:
                 "type": "conversation.deleted",
                 "conversation_id": event["entry"]["conversation_id"],
             }
-        if kind.startswith(
-            (
-                "approval.",
-                "clarify.",
-                "yolo.",
-                "model.",
-                "reasoning.",
-                "attachment.",
-                "conversation.",
+        if kind.startswith(("attachment.", "conversation.")):
+            return _pick(
+                event,
+                tuple(k for k in event if k not in ("cursor", "lane", "chat_id", "thread_id")),
             )
-        ):
-            return {
-                k: v
-                for k, v in event.items()
-                if k not in ("cursor", "lane", "chat_id", "thread_id")
-            }
         return None
 
     def encode_reply(self, reply: Json) -> Json | None:
