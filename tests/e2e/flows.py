@@ -19,10 +19,16 @@ PHEBY_RUN_ORDER = [
 IRIS_RUN_ORDER = ["run.started", "message.start", "message.update", "message", "run.finished"]
 
 
+RUN_FRAMES = frozenset(PHEBY_RUN_ORDER) | frozenset(IRIS_RUN_ORDER)
+
+
 def collapse(types: list[str]) -> list[str]:
-    """Consecutive repeats folded: the shape of a run regardless of delta count."""
+    """The run-lifecycle frames with consecutive repeats folded: the shape of a run
+    regardless of delta count (tool and decision frames interleave and are checked apart)."""
     out: list[str] = []
     for kind in types:
+        if kind not in RUN_FRAMES:
+            continue
         if not out or out[-1] != kind:
             out.append(kind)
     return out
