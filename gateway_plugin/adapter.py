@@ -204,6 +204,13 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         if lane is not None:
             self.controller.typing(lane, True)
 
+    async def stop_typing(self, chat_id: str, metadata: dict[str, Any] | None = None) -> None:
+        if self.controller is None:
+            return
+        lane = self._lane(chat_id, metadata) if metadata else (chat_id, None)
+        if lane is not None:
+            self.controller.typing(lane, False)
+
     async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
         entry = self.controller.channels.get(chat_id, None) if self.controller else None
         return {"name": entry.name if entry else chat_id, "type": "dm"}

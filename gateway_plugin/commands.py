@@ -274,7 +274,12 @@ class CommandHandler:
             await self._dispatch(command, entry, text, None, key)
             return
         run, events = self.c.turns.accept(
-            lane, entry.conversation_id, request_id=command.get("request_id"), client_id=client_id
+            lane,
+            entry.conversation_id,
+            request_id=command.get("request_id"),
+            client_id=client_id,
+            # A slash command's answer is a notice, not conversation content.
+            kind="notice" if is_command else "reply",
         )
         result = {
             "conversation_id": entry.conversation_id,

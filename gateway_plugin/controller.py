@@ -296,7 +296,8 @@ class Controller:
         error = None
         if status == "failed":
             error = "the agent could not complete this turn"
-        self.emit(self.turns.finish(lane, status, error))
+        reasoning = self.transcript.reasoning_since(lane, run.started)
+        self.emit(self.turns.finish(lane, status, error, reasoning))
         self.outbox.finish_run(run.run_id)
         self.desk.expire_lane(lane)
 

@@ -61,6 +61,19 @@ class Transcript:
             return None, None
         return str(row["id"]), iso_from_unix(row["last"])
 
+    def reasoning_since(self, lane: Lane, since: float) -> str | None:
+        """The reasoning Hermes stored on this lane's latest assistant turn since `since`."""
+        try:
+            conn = self._connect()
+            if conn is None:
+                return None
+            try:
+                return _reasoning_row(conn, self.platform, lane, since)
+            finally:
+                conn.close()
+        except sqlite3.Error:
+            return None
+
     def messages(
         self, lane: Lane, limit: int, before_message_id: str | None = None
     ) -> tuple[list[Json], bool]:
@@ -111,3 +124,15 @@ def _num(message_id: str) -> int:
         return int(message_id.lstrip("m"))
     except ValueError:
         return 0
+
+
+def _reasoning_row(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> str | None:
+    row = conn.execute(
+        "SELECT COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) FROM messages m "
+        "JOIN sessions s ON s.id = m.session_id WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
+        "AND m.role = 'assistant' AND m.timestamp >= ? "
+        "AND COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) IS NOT NULL "
+        "ORDER BY m.id DESC LIMIT 1",
+        (platform, lane[0], lane[1], since - 1.0),
+    ).fetchone()
+    return str(row[0]) if row and row[0] else None

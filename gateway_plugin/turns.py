@@ -10,6 +10,7 @@ stay cumulative and `message.complete` carries what history later shows for the 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,27 @@ _NOTICE_PREFIXES = ("⚡", "📬")
 
 def strip_cursor(text: str) -> str:
     return _CURSOR_RE.sub("", text)
+
+
+_REASONING_CODE = re.compile(r"^💭 \*\*Reasoning:\*\*\n```\n(.*?)\n```\n\n", re.DOTALL)
+_REASONING_QUOTE = re.compile(r"^> 💭 \*\*Reasoning:\*\*\n((?:>.*\n)*)\n", re.DOTALL)
+_REASONING_SUBTEXT = re.compile(r"^-# 💭 Reasoning\n((?:-#.*\n)*)\n", re.DOTALL)
+
+
+def split_reasoning(content: str) -> tuple[str | None, str]:
+    """Hermes' `show_reasoning` prefix (any of its three styles) split off the reply text."""
+    for pattern, prefix in (
+        (_REASONING_CODE, ""),
+        (_REASONING_QUOTE, ">"),
+        (_REASONING_SUBTEXT, "-#"),
+    ):
+        match = pattern.match(content)
+        if match:
+            body = match.group(1)
+            if prefix:
+                body = "\n".join(line[len(prefix) :].lstrip() for line in body.splitlines())
+            return body.strip(), content[match.end() :]
+    return None, content
 
 
 def classify(content: str, metadata: dict[str, Any] | None, known_tools: set[str]) -> str:
@@ -57,10 +79,20 @@ class Run:
     implicit: bool = False
     kind: str = "reply"
     segments: list[str] = field(default_factory=list)
+    segment_ids: list[str] = field(default_factory=list)
     last_text: str = ""
+    # segments[:commentary_upto] were interim messages closed by a tool call.
+    commentary_upto: int = 0
+    reasoning: str | None = None
+    started: float = field(default_factory=time.time)
 
     def text(self) -> str:
+        """Everything the assistant said this turn (pheby's one message)."""
         return "".join(self.segments)
+
+    def reply(self) -> str:
+        """The answer without the interim commentary (iris' message text)."""
+        return "".join(self.segments[self.commentary_upto :]).lstrip("\n")
 
 
 def _base(run: Run, kind: str) -> Json:
@@ -140,8 +172,12 @@ class TurnTracker:
         run.segments[located[1]] = strip_cursor(content)
         return self._delta(run)
 
-    def finish(self, lane: Lane, status: str, error: str | None = None) -> list[Json]:
+    def finish(
+        self, lane: Lane, status: str, error: str | None = None, reasoning: str | None = None
+    ) -> list[Json]:
         run = self.runs.pop(lane, None)
+        if run is not None and reasoning and not run.reasoning:
+            run.reasoning = reasoning
         if run is None:
             return []
         for segment_id in [k for k, v in self.segment_index.items() if v[0] == run.run_id]:
@@ -152,10 +188,13 @@ class TurnTracker:
             "role": "assistant",
             "kind": run.kind,
             "text": run.text(),
+            "reply": run.reply(),
             "ts": now_iso(),
         }
         if run.client_id is not None:
             complete["client_id"] = run.client_id
+        if run.reasoning:
+            complete["reasoning"] = run.reasoning
         finished = {**_base(run, "run.finished"), "status": status}
         if status == "failed":
             finished["error"] = (error or "the run failed")[:500]

@@ -170,12 +170,10 @@ class IrisDialect:
                 "role": "assistant",
             }
         if kind == "message.delta":
-            return {
-                "type": "message.update",
-                **base,
-                "message_id": event["message_id"],
-                "text": event["text"],
-            }
+            reply = event.get("reply", event["text"])
+            if not reply:
+                return None  # only commentary so far: nothing of the reply to show
+            return {"type": "message.update", **base, "message_id": event["message_id"], "text": reply}
         if kind == "message.complete":
             out = {
                 "type": "message",
@@ -183,7 +181,7 @@ class IrisDialect:
                 "message_id": event["message_id"],
                 "role": event.get("role", "assistant"),
                 "kind": event.get("kind", "reply"),
-                "text": event["text"],
+                "text": event.get("reply", event["text"]),
                 "ts": event["ts"],
             }
             for key in ("run_id", "reasoning", "client_id", "device_id", "cron_job"):

@@ -56,10 +56,10 @@ async def embedded(
 ) -> AsyncIterator[Callable[..., Deployment]]:
     made: list[Deployment] = []
 
-    def make(**env: str) -> Deployment:
+    def make(home_options: dict[str, Any] | None = None, **env: str) -> Deployment:
         token = secrets.token_urlsafe(24)
         port = free_port()
-        home = hermes_home_factory()
+        home = hermes_home_factory(**(home_options or {}))
         gateway = gateway_factory(
             home,
             env={"ANDROID_TOKEN": token, "ANDROID_WS_PORT": str(port), **env},

@@ -17,8 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from canonical.client import DeviceClient
 from edge.errors import CLOSE_GOING_AWAY, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
 from hdgctl.ops import devices_revoke, resolve_target, token_rotate
