@@ -446,5 +446,17 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
     def reasoning_efforts(self) -> list[str]:
         return list(hb.REASONING_EFFORTS)
 
+    def cron_jobs(self) -> list[dict[str, Any]]:
+        return hb.cron_jobs()
+
+    async def generate_title(self, user_message: str, assistant_response: str) -> str | None:
+        return await hb.generate_title(user_message, assistant_response)
+
+    async def create_handoff_thread(self, parent_chat_id: str, name: str) -> str | None:
+        """Hermes opens a named thread (e.g. a continuable cron job): a real thread lane."""
+        if self.controller is None:
+            return None
+        return self.controller.create_thread(parent_chat_id, name)
+
 
 __all__ = ["AndroidAdapter", "now_iso"]

@@ -11,6 +11,7 @@ from canonical.protocol import MAX_HISTORY, REPLAY, error_body, now_iso
 
 from . import admin
 from .channel_store import ChannelEntry, ChannelError
+from .delivery import cron_targets
 from .errors import CommandError
 from .titles import derive_title
 
@@ -103,7 +104,14 @@ class CommandHandler:
         )
 
     def _directory(self) -> list[Json]:
-        return [e.to_wire() for e in self.c.channels.list(include_archived=False)]
+        """The channel list, each entry with the cron jobs that deliver into it."""
+        targets = cron_targets(
+            self.c.agent.cron_jobs(), self.c.channels, self.c.settings.home_channel
+        )
+        return [
+            {**e.to_wire(), "cron_jobs": targets.get((e.chat_id, e.thread_id), [])}
+            for e in self.c.channels.list(include_archived=False)
+        ]
 
     # -- iris session
     async def cmd_hello(self, command: Json, args: Json) -> None:
@@ -217,6 +225,8 @@ class CommandHandler:
                     entry.chat_id, derive_title(text), auto=True, name_source="derived"
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
+                # Upgraded with the model's title once the first exchange is done.
+                self.c.pending_titles[_lane(entry)] = text
         await self._send(command, entry, text, client_id=str(args["client_id"]))
 
     async def _send(

@@ -20,14 +20,16 @@ from canonical.protocol import REPLY, error_body
 from canonical.settings import GatewaySettings
 
 from . import admin
-from .channel_store import ChannelDirectory, ChannelEntry
+from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
 from .commands import CommandHandler
 from .decisions import DecisionDesk
+from .delivery import parse_cron_header
 from .devices import DeviceRegistry
 from .outbox import Outbox
 from .ports import AgentPort
 from .preferences import Preferences
 from .search import SearchIndex
+from .titles import clean_generated_title
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
 
@@ -38,6 +40,7 @@ Lane = tuple[str, str | None]
 HEARTBEAT_S = 3.0
 RETENTION_PERIOD_S = 3600.0
 ADOPT_WINDOW_S = 30.0
+EXTERNAL_POLL_S = 1.0
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -72,6 +75,9 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
         self._orphans: dict[Lane, Json] = {}
+        self._seen_head = self.outbox.head()
+        self.pending_titles: dict[Lane, str] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.running = False
 
     # -- lifecycle
@@ -88,6 +94,7 @@ class Controller:
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
             asyncio.create_task(self._consumer(), name="hdg-consumer"),
             asyncio.create_task(self._retention(), name="hdg-retention"),
+            asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
 
@@ -139,7 +146,19 @@ class Controller:
 
     def publish(self, sequenced: list[Json]) -> None:
         for event in sequenced:
+            cursor = event.get("cursor")
+            if isinstance(cursor, int) and cursor > self._seen_head:
+                self._seen_head = cursor
             self._publish_queue.put_nowait(_DUMPS(event).encode())
+
+    async def _external_appends(self) -> None:
+        """Deliveries another process (a CLI cron run) appended to the outbox: publish them.
+        Devices would get them by replay anyway; this makes them live."""
+        while True:
+            await asyncio.sleep(EXTERNAL_POLL_S)
+            if self.outbox.head() > self._seen_head:
+                events, _ = self.outbox.since(self._seen_head)
+                self.publish(events)
 
     async def _publisher(self) -> None:
         while True:
@@ -297,7 +316,8 @@ class Controller:
         if status == "failed":
             error = "the agent could not complete this turn"
         reasoning = self.transcript.reasoning_since(lane, run.started)
-        self.emit(self.turns.finish(lane, status, error, reasoning))
+        finished = self.emit(self.turns.finish(lane, status, error, reasoning))
+        self._maybe_title(lane, finished)
         self.outbox.finish_run(run.run_id)
         self.desk.expire_lane(lane)
 
@@ -328,7 +348,10 @@ class Controller:
         segment_id, deltas = self.turns.on_send(run, content)
         finished = self.turns.finish(lane, "completed")
         if is_cron:
-            finished[0]["cron_job"] = str((metadata or {}).get("job_id"))
+            finished[0]["cron_job"] = parse_cron_header(content) or {
+                "id": str((metadata or {}).get("job_id")),
+                "name": None,
+            }
         self.emit(events + deltas + finished)
         return segment_id
 
@@ -336,6 +359,70 @@ class Controller:
         if message_id.startswith(("progress-", "notice-")):
             return
         self.emit(self.turns.on_edit(message_id, content))
+
+    def _maybe_title(self, lane: Lane, finished: list[Json]) -> None:
+        user_text = self.pending_titles.pop(lane, None)
+        if user_text is None:
+            return
+        reply = next(
+            (
+                str(e.get("reply") or e.get("text") or "")
+                for e in finished
+                if e["type"] == "message.complete"
+            ),
+            "",
+        )
+        task = asyncio.get_running_loop().create_task(self._upgrade_title(lane, user_text, reply))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _upgrade_title(self, lane: Lane, user_text: str, reply: str) -> None:
+        """Hermes' own title generator names an auto thread; derived < llm < user, and a
+        failed call keeps the derived name."""
+        try:
+            raw = await self.agent.generate_title(user_text, reply)
+        except Exception as exc:
+            log.info(
+                "thread title generation failed (%s); keeping the derived name", type(exc).__name__
+            )
+            return
+        title = clean_generated_title(raw or "")
+        if not title or not self.running:
+            return
+        try:
+            entry, changed = self.channels.rename(lane[0], lane[1], title, "llm")
+        except ChannelError:
+            return
+        if changed:
+            self.emit(
+                [
+                    {
+                        "type": "channel.renamed",
+                        "lane": [entry.chat_id, entry.thread_id],
+                        "conversation_id": entry.conversation_id,
+                        "entry": entry.to_wire(),
+                    }
+                ]
+            )
+
+    def create_thread(self, parent_chat_id: str, name: str) -> str | None:
+        try:
+            entry = self.channels.create_thread(parent_chat_id, name)
+        except ChannelError as exc:
+            log.warning("android: cannot open a thread in %s: %s", parent_chat_id, exc)
+            return None
+        self.emit(
+            [
+                {
+                    "type": "channel.created",
+                    "lane": [entry.chat_id, entry.thread_id],
+                    "conversation_id": entry.conversation_id,
+                    "entry": entry.to_wire(),
+                    "auto": False,
+                }
+            ]
+        )
+        return entry.thread_id
 
     def typing(self, lane: Lane, on: bool) -> None:
         """Typing is ephemeral: published, never sequenced (a replay would be noise)."""

@@ -277,6 +277,55 @@ def delete_sessions(session_ids: list[str]) -> int:
     return deleted
 
 
+async def generate_title(user_message: str, assistant_response: str) -> str | None:
+    from agent.title_generator import generate_title as hermes_generate_title
+
+    def call() -> str | None:
+        def failed(task: Any, exc: BaseException) -> None:
+            raise exc
+
+        title = hermes_generate_title(
+            user_message, assistant_response, timeout=30, failure_callback=failed
+        )
+        return None if title is None else str(title)
+
+    return await asyncio.to_thread(call)
+
+
+def cron_jobs() -> list[dict[str, Any]]:
+    from cron.jobs import load_jobs
+
+    try:
+        return [dict(job) for job in load_jobs()]
+    except Exception:
+        log.warning("android: could not read Hermes' cron jobs")
+        return []
+
+
+async def standalone_send(
+    pconfig: Any,
+    chat_id: str,
+    message: str,
+    thread_id: str | None = None,
+    media_files: Any = None,
+    force_document: bool = False,
+    **_: Any,
+) -> dict[str, Any]:
+    """Hermes' standalone_sender_fn: cron run by the CLI, with or without a gateway running."""
+    from .delivery import append_delivery
+
+    try:
+        settings = settings_from(pconfig if isinstance(pconfig, PlatformConfig) else None)
+    except SettingsError as exc:
+        return {"error": str(exc)}
+    home = Path(get_hermes_home())
+    data_dir = settings.data_dir or home / PLATFORM
+    job_id = get_session_env("HERMES_CRON_JOB_ID") or None
+    return await asyncio.to_thread(
+        append_delivery, data_dir, settings.home_channel, chat_id, thread_id, message, job_id
+    )
+
+
 def register_platform(ctx: Any) -> None:
     """Called from `register(ctx)`: declarations only, no I/O (it runs in every CLI process)."""
     entry_fields = {f.name for f in dataclasses.fields(PlatformEntry)}
@@ -285,6 +334,7 @@ def register_platform(ctx: Any) -> None:
         "env_enablement_fn": env_enablement,
         "setup_fn": lambda: interactive_setup(home=Path(get_hermes_home())),
         "cron_deliver_env_var": "ANDROID_HOME_CHANNEL",
+        "standalone_sender_fn": standalone_send,
         "allowed_users_env": "ANDROID_ALLOWED_USERS",
         "allow_all_env": "ANDROID_ALLOW_ALL_USERS",
         "max_message_length": 0,

@@ -60,3 +60,9 @@ class AgentPort(Protocol):
     async def set_reasoning(self, lane: Lane, effort: str, scope: str) -> str: ...
 
     def reasoning_efforts(self) -> list[str]: ...
+
+    def cron_jobs(self) -> list[dict[str, Any]]:
+        """Hermes' cron jobs (id, name, deliver, schedule)."""
+
+    async def generate_title(self, user_message: str, assistant_response: str) -> str | None:
+        """Hermes' own title generator (an auxiliary model call)."""

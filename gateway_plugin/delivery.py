@@ -1,0 +1,135 @@
+"""Output nobody asked for right now: cron deliveries, in the gateway or from a CLI process.
+
+Inside a running gateway Hermes delivers through the live adapter. A `hermes cron run`
+in another process calls the platform's `standalone_sender_fn` instead: it resolves the
+target through the channel directory and appends the delivery straight to the outbox
+(SQLite, safe across processes); a running controller notices the new cursor and
+publishes it, and devices otherwise get it by replay. Nothing goes through the memory bus,
+which only exists inside the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from canonical.protocol import new_id
+
+from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
+from .outbox import Outbox
+from .turns import TurnTracker
+
+log = logging.getLogger("hdg.plugin.delivery")
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+_CRON_HEADER = re.compile(r"^Cronjob Response: (?P<name>.*)\n\(job_id: (?P<id>[^)]+)\)\n")
+
+
+def parse_cron_header(text: str) -> Json | None:
+    """{id, name} from Hermes' cron wrapper ("Cronjob Response: <name>\\n(job_id: <id>)")."""
+    match = _CRON_HEADER.match(text)
+    if match is None:
+        return None
+    return {"id": match.group("id").strip(), "name": match.group("name").strip()}
+
+
+def cron_delivery_events(entry: ChannelEntry, text: str, job_id: str | None) -> list[Json]:
+    """A complete run of kind `cron` carrying the delivered text."""
+    tracker = TurnTracker()
+    lane = (entry.chat_id, entry.thread_id)
+    run, events = tracker.accept(lane, entry.conversation_id, implicit=True, kind="cron")
+    _, deltas = tracker.on_send(run, text)
+    finished = tracker.finish(lane, "completed")
+    cron = parse_cron_header(text) or ({"id": job_id, "name": None} if job_id else None)
+    if cron is not None:
+        finished[0]["cron_job"] = cron
+    return events + deltas + finished
+
+
+def resolve_target(channels: ChannelDirectory, chat_id: str, thread_id: str | None) -> ChannelEntry:
+    """The lane a delivery names; unknown or archived targets raise ChannelError (never
+    fall back to another channel)."""
+    if thread_id:
+        entry = channels.get(chat_id, thread_id)
+        if entry is None:
+            entry = channels.resolve_target(f"{chat_id}:{thread_id}")
+    else:
+        entry = channels.get(chat_id, None) or channels.resolve_target(chat_id)
+    if entry.archived:
+        raise ChannelError(f"{chat_id} is archived")
+    return entry
+
+
+def append_delivery(
+    data_dir: Path,
+    home_channel: str,
+    chat_id: str,
+    thread_id: str | None,
+    text: str,
+    job_id: str | None = None,
+) -> Json:
+    channels = ChannelDirectory(data_dir / "channels.db", home_channel)
+    outbox = Outbox(data_dir / "outbox.db")
+    try:
+        channels.ensure_default()
+        entry = resolve_target(channels, chat_id, thread_id)
+        sequenced = outbox.append(cron_delivery_events(entry, text, job_id))
+        return {"success": True, "message_id": f"cron-{sequenced[-1]['cursor']}-{new_id(4)}"}
+    except ChannelError as exc:
+        log.error(
+            "android: cron delivery target %r thread %r not found (%s); not delivered",
+            chat_id,
+            thread_id,
+            exc,
+        )
+        return {
+            "error": f"android: no channel {chat_id!r}{f' thread {thread_id!r}' if thread_id else ''}: {exc}"
+        }
+    finally:
+        outbox.close()
+        channels.close()
+
+
+def cron_targets(
+    jobs: list[Json], channels: ChannelDirectory, home_channel: str
+) -> dict[Lane, list[Json]]:
+    """Which cron jobs deliver into which lane (for the channel list's badge)."""
+    out: dict[Lane, list[Json]] = {}
+    for job in jobs:
+        for target in _deliver_targets(job.get("deliver")):
+            if target == "android":
+                lane: Lane = (home_channel, None)
+            elif target.startswith("android:"):
+                try:
+                    entry = channels.resolve_target(target[len("android:") :])
+                except ChannelError:
+                    continue
+                lane = (entry.chat_id, entry.thread_id)
+            else:
+                continue
+            out.setdefault(lane, []).append(
+                {"id": job.get("id"), "name": job.get("name"), "schedule": _schedule(job)}
+            )
+    return out
+
+
+def _deliver_targets(deliver: Any) -> list[str]:
+    if isinstance(deliver, str):
+        return [part.strip() for part in deliver.split(",") if part.strip()]
+    if isinstance(deliver, list):
+        return [str(part).strip() for part in deliver if str(part).strip()]
+    return []
+
+
+def _schedule(job: Json) -> str | None:
+    schedule = job.get("schedule_display") or job.get("schedule")
+    if isinstance(schedule, dict):
+        return (
+            str(schedule.get("display") or schedule.get("expr") or schedule.get("kind") or "")
+            or None
+        )
+    return str(schedule) if schedule else None
