@@ -217,3 +217,21 @@ async def test_search_finds_messages_everywhere_or_in_one_chat_and_never_errors_
     assert any(h["chat_id"] == channel["chat_id"] for h in archived["hits"])
     missing = await _op(phone, {"type": "search", "query": "x", "scope": "chat"})
     assert missing["error"]["code"] == "bad_request"
+
+
+async def test_the_in_gateway_scheduler_delivers_to_a_channel_live(deployment: Deployment) -> None:
+    phone = await deployment.iris("phone")
+    channel = (await _op(phone, {"type": "channel.create", "name": "Scheduled", "kind": "channel"}))["entry"]
+    _hermes(deployment, "cron", "create", "--name", "due", "--deliver", f"android:{channel['chat_id']}", "every 2h", "the scheduled report")
+    jobs_file = deployment.home.path / "cron" / "jobs.json"
+    data = json.loads(jobs_file.read_text(encoding="utf-8"))
+    jobs = data["jobs"] if isinstance(data, dict) else data
+    for job in jobs:
+        if job.get("name") == "due":
+            job["next_run_at"] = "2020-01-01T00:00:00+00:00"
+    jobs_file.write_text(json.dumps(data), encoding="utf-8")
+    # The gateway's scheduler ticks once at start-up, then every 60 s.
+    deployment.gateway.restart(lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected")
+    back = await deployment.iris("phone", cursor=phone.last_cursor)
+    message = await back.wait_for(lambda f: f.get("type") == "message" and f.get("kind") == "cron", 90)
+    assert message["chat_id"] == channel["chat_id"] and message["cron_job"]["name"] == "due"
