@@ -112,7 +112,9 @@ class MemoryBus(Bus):
         stream = self._stream(tenant)
         now = time.monotonic()
         out: list[tuple[str, Json]] = []
-        for entry_id, (_, command, since) in sorted(stream.pending.items()):
+        # Numeric order of "<ms>-<seq>" ids, as Redis returns them (not string order).
+        by_id = sorted(stream.pending.items(), key=lambda kv: [int(p) for p in kv[0].split("-")])
+        for entry_id, (_, command, since) in by_id:
             if (now - since) * 1000 >= min_idle_ms:
                 stream.pending[entry_id] = (consumer, command, now)
                 out.append((entry_id, command))

@@ -80,8 +80,16 @@ class _RedisSubscription(Subscription):
         while not self._closed:
             pubsub = self._bus.client.pubsub(ignore_subscribe_messages=True)
             try:
-                await pubsub.subscribe(*self._channels())
+                wanted = self._channels()
+                await pubsub.subscribe(*wanted)
                 self._pubsub = pubsub
+                # Tenants added or removed while subscribing were not seen by it.
+                added = [c for c in self._channels() if c not in wanted]
+                removed = [c for c in wanted if c not in self._channels()]
+                if added:
+                    await pubsub.subscribe(*added)
+                if removed:
+                    await pubsub.unsubscribe(*removed)
                 self.connected = True
                 self._ready.set()
                 delay = 0.1

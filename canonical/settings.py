@@ -7,10 +7,11 @@ Environment variables override ``extra``, as Hermes does for its own platforms.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import SettingsError
@@ -18,8 +19,25 @@ from .errors import SettingsError
 MIB = 1024 * 1024
 
 
-def _alias(env: str, *extra_keys: str) -> Any:
-    return Field(validation_alias=AliasChoices(env, *extra_keys))
+class _NamedEnvironment(PydanticBaseSettingsSource):
+    """Only the documented variable names (ANDROID_*, NTFY_*) are read from the
+    environment, never a field's bare name: a generic PORT or TOKEN must not configure us."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        alias = field.validation_alias
+        if isinstance(alias, str):
+            for key, value in os.environ.items():
+                if key.upper() == alias:
+                    return value, field_name, False
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, _, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[field.validation_alias if isinstance(field.validation_alias, str) else name] = value
+        return values
 
 
 class GatewaySettings(BaseSettings):
@@ -28,79 +46,123 @@ class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
 
     token: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_TOKEN", "token")
+        default=None, validation_alias="ANDROID_TOKEN", json_schema_extra={"extra_keys": ["token"]}
     )
     ws_host: str = Field(
-        default="127.0.0.1", validation_alias=AliasChoices("ANDROID_WS_HOST", "host", "ws_host")
+        default="127.0.0.1",
+        validation_alias="ANDROID_WS_HOST",
+        json_schema_extra={"extra_keys": ["host", "ws_host"]},
     )
     ws_port: int = Field(
         default=8790,
         ge=0,
         le=65535,
-        validation_alias=AliasChoices("ANDROID_WS_PORT", "port", "ws_port"),
+        validation_alias="ANDROID_WS_PORT",
+        json_schema_extra={"extra_keys": ["port", "ws_port"]},
     )
     home_channel: str = Field(
         default="android:default",
-        validation_alias=AliasChoices("ANDROID_HOME_CHANNEL", "home_channel"),
+        validation_alias="ANDROID_HOME_CHANNEL",
+        json_schema_extra={"extra_keys": ["home_channel"]},
     )
     allowed_users: str = Field(
-        default="", validation_alias=AliasChoices("ANDROID_ALLOWED_USERS", "allowed_users")
+        default="",
+        validation_alias="ANDROID_ALLOWED_USERS",
+        json_schema_extra={"extra_keys": ["allowed_users"]},
     )
     allow_all_users: bool = Field(
-        default=False, validation_alias=AliasChoices("ANDROID_ALLOW_ALL_USERS", "allow_all_users")
+        default=False,
+        validation_alias="ANDROID_ALLOW_ALL_USERS",
+        json_schema_extra={"extra_keys": ["allow_all_users"]},
     )
     push_backend: Literal["fcm", "ntfy", "none"] = Field(
-        default="fcm", validation_alias=AliasChoices("ANDROID_PUSH_BACKEND", "push_backend")
+        default="fcm",
+        validation_alias="ANDROID_PUSH_BACKEND",
+        json_schema_extra={"extra_keys": ["push_backend"]},
     )
     fcm_service_account: Path | None = Field(
         default=None,
-        validation_alias=AliasChoices("ANDROID_FCM_SERVICE_ACCOUNT", "fcm_service_account"),
+        validation_alias="ANDROID_FCM_SERVICE_ACCOUNT",
+        json_schema_extra={"extra_keys": ["fcm_service_account"]},
     )
     fcm_server_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_FCM_SERVER_KEY", "fcm_server_key")
+        default=None,
+        validation_alias="ANDROID_FCM_SERVER_KEY",
+        json_schema_extra={"extra_keys": ["fcm_server_key"]},
     )
     ntfy_topic: str | None = Field(
-        default=None, validation_alias=AliasChoices("NTFY_TOPIC", "ntfy_topic")
+        default=None,
+        validation_alias="NTFY_TOPIC",
+        json_schema_extra={"extra_keys": ["ntfy_topic"]},
     )
     ntfy_server_url: str = Field(
         default="https://ntfy.sh",
-        validation_alias=AliasChoices("NTFY_SERVER_URL", "ntfy_server_url"),
+        validation_alias="NTFY_SERVER_URL",
+        json_schema_extra={"extra_keys": ["ntfy_server_url"]},
     )
     ws_cert: Path | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_WS_CERT", "ws_cert", "tls_cert")
+        default=None,
+        validation_alias="ANDROID_WS_CERT",
+        json_schema_extra={"extra_keys": ["ws_cert", "tls_cert"]},
     )
     ws_key: Path | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_WS_KEY", "ws_key", "tls_key")
+        default=None,
+        validation_alias="ANDROID_WS_KEY",
+        json_schema_extra={"extra_keys": ["ws_key", "tls_key"]},
     )
     bus_url: str = Field(
-        default="memory://", validation_alias=AliasChoices("ANDROID_BUS_URL", "bus_url")
+        default="memory://",
+        validation_alias="ANDROID_BUS_URL",
+        json_schema_extra={"extra_keys": ["bus_url"]},
     )
     tenant: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_TENANT", "tenant")
+        default=None,
+        validation_alias="ANDROID_TENANT",
+        json_schema_extra={"extra_keys": ["tenant"]},
     )
     outbox_retention_hours: float = Field(
         default=168,
         gt=0,
-        validation_alias=AliasChoices("ANDROID_OUTBOX_RETENTION_HOURS", "outbox_retention_hours"),
+        validation_alias="ANDROID_OUTBOX_RETENTION_HOURS",
+        json_schema_extra={"extra_keys": ["outbox_retention_hours"]},
     )
     max_upload_bytes: int = Field(
         default=64 * MIB,
         gt=0,
-        validation_alias=AliasChoices("ANDROID_MAX_UPLOAD_BYTES", "max_upload_bytes"),
+        validation_alias="ANDROID_MAX_UPLOAD_BYTES",
+        json_schema_extra={"extra_keys": ["max_upload_bytes"]},
+    )
+    attachments_dir: Path | None = Field(
+        default=None,
+        validation_alias="ANDROID_ATTACHMENTS_DIR",
+        json_schema_extra={"extra_keys": ["attachments_dir"]},
+    )
+    attachment_retention_days: float = Field(
+        default=7,
+        ge=0,
+        validation_alias="ANDROID_ATTACHMENT_RETENTION_DAYS",
+        json_schema_extra={"extra_keys": ["attachment_retention_days"]},
     )
     allowed_origins: str = Field(
-        default="", validation_alias=AliasChoices("ANDROID_ALLOWED_ORIGINS", "allowed_origins")
+        default="",
+        validation_alias="ANDROID_ALLOWED_ORIGINS",
+        json_schema_extra={"extra_keys": ["allowed_origins"]},
     )
     edge_id: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_EDGE_ID", "edge_id")
+        default=None,
+        validation_alias="ANDROID_EDGE_ID",
+        json_schema_extra={"extra_keys": ["edge_id"]},
     )
     data_dir: Path | None = Field(
-        default=None, validation_alias=AliasChoices("ANDROID_DATA_DIR", "data_dir")
+        default=None,
+        validation_alias="ANDROID_DATA_DIR",
+        json_schema_extra={"extra_keys": ["data_dir"]},
     )
     send_queue_frames: int = Field(
         default=1024,
         ge=16,
-        validation_alias=AliasChoices("ANDROID_SEND_QUEUE", "send_queue_frames"),
+        validation_alias="ANDROID_SEND_QUEUE",
+        json_schema_extra={"extra_keys": ["send_queue_frames"]},
     )
 
     @classmethod
@@ -113,7 +175,7 @@ class GatewaySettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment first: it overrides config.yaml `extra`, passed as init kwargs.
-        return (env_settings, init_settings, file_secret_settings)
+        return (_NamedEnvironment(settings_cls), init_settings, file_secret_settings)
 
     @field_validator("bus_url")
     @classmethod
@@ -149,12 +211,21 @@ class GatewaySettings(BaseSettings):
 
 def _env_name(field_name: str) -> str:
     alias = GatewaySettings.model_fields[field_name].validation_alias
-    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
-        return alias.choices[0]
-    return field_name
+    return alias if isinstance(alias, str) else field_name
+
+
+def _extra_keys(field_name: str) -> list[str]:
+    extra = GatewaySettings.model_fields[field_name].json_schema_extra
+    keys = extra.get("extra_keys") if isinstance(extra, dict) else None
+    return [str(k) for k in keys] if isinstance(keys, list) else []
 
 
 _ENV_NAMES: dict[str, str] = {name: _env_name(name) for name in GatewaySettings.model_fields}
+# config.yaml `extra` keys (host, port, ...) → field names. Only ANDROID_*/NTFY_* names are
+# read from the environment: a generic PORT or TOKEN variable must never configure us.
+_EXTRA_TO_FIELD: dict[str, str] = {
+    key: name for name in GatewaySettings.model_fields for key in (name, *_extra_keys(name))
+}
 
 
 def load_settings(extra: dict[str, Any] | None = None, **overrides: Any) -> GatewaySettings:
@@ -163,8 +234,10 @@ def load_settings(extra: dict[str, Any] | None = None, **overrides: Any) -> Gate
     Raises :class:`SettingsError` naming the first bad setting, so start-up stops with
     one clear line instead of a pydantic traceback.
     """
-    init: dict[str, Any] = {k: v for k, v in (extra or {}).items() if v is not None}
-    init.update(overrides)
+    init: dict[str, Any] = {}
+    for key, value in {**(extra or {}), **overrides}.items():
+        if value is not None and key in _EXTRA_TO_FIELD:
+            init[_EXTRA_TO_FIELD[key]] = value
     try:
         return GatewaySettings(**init)
     except ValidationError as exc:

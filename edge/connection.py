@@ -23,13 +23,14 @@ log = logging.getLogger("hdg.edge.conn")
 
 Json = dict[str, Any]
 SendText = Callable[[str], Awaitable[None]]
+SendBytes = Callable[[bytes], Awaitable[None]]
 CloseFn = Callable[[int, str], Awaitable[None]]
 
 
 class _Item:
     __slots__ = ("key", "text")
 
-    def __init__(self, text: str | None, key: str | None) -> None:
+    def __init__(self, text: str | bytes | None, key: str | None) -> None:
         self.text = text
         self.key = key
 
@@ -44,18 +45,21 @@ class Connection:
         send_text: SendText,
         close: CloseFn,
         max_frames: int = 1024,
+        send_bytes: SendBytes | None = None,
     ) -> None:
         self.id = conn_id
         self.dialect = dialect
         self.tenant = tenant
         self.device_id = device_id
         self._send_text = send_text
+        self._send_bytes = send_bytes
         self._close = close
         self._max = max_frames
         self._queue: deque[_Item] = deque()
         self._live = 0
         self._coalesce: dict[str, _Item] = {}
         self._wake = asyncio.Event()
+        self._sent = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self.closed = False
         self.close_code: int | None = None
@@ -84,6 +88,18 @@ class Connection:
     def send_frame(self, text: str) -> None:
         """Queue a frame that is not sequenced (replies, errors, pongs)."""
         self._enqueue(text, None)
+
+    def send_binary(self, data: bytes) -> None:
+        """Queue a binary frame (media.pull data), in order with the text frames."""
+        if self._send_bytes is None:
+            raise RuntimeError("this connection cannot send binary frames")
+        self._enqueue(data, None)
+
+    async def wait_queued_below(self, frames: int) -> None:
+        """Until at most ``frames`` frames are queued or the connection closed (pacing)."""
+        while self._live > frames and not self.closed:
+            self._sent.clear()
+            await self._sent.wait()
 
     def offer_event(self, event: Json, text: str | None) -> bool:
         """Queue a sequenced event unless this device already has it.
@@ -120,13 +136,22 @@ class Connection:
     def begin_replay(self) -> None:
         self.gate.begin_replay()
 
-    def finish_replay(self, events: list[tuple[Json, str | None]]) -> None:
-        """Deliver replayed events, then what arrived live meanwhile, each exactly once."""
-        replayed = [(event.get("cursor") or 0, (event, text)) for event, text in events]
-        for admitted in self.gate.finish_replay(replayed):
+    def replay_chunk(self, events: list[tuple[Json, str | None]]) -> None:
+        for admitted in self.gate.replay_chunk(
+            [(event.get("cursor") or 0, (event, text)) for event, text in events]
+        ):
             self._queue_event(*admitted)
 
-    def _enqueue(self, text: str, key: str | None) -> None:
+    def finish_replay(self, events: list[tuple[Json, str | None]]) -> bool:
+        """Deliver replayed events, then what arrived live meanwhile, each exactly once.
+        True when a hole remains (the caller resyncs from `last_cursor`)."""
+        replayed = [(event.get("cursor") or 0, (event, text)) for event, text in events]
+        admitted, gap = self.gate.finish_replay(replayed)
+        for item in admitted:
+            self._queue_event(*item)
+        return gap
+
+    def _enqueue(self, text: str | bytes, key: str | None) -> None:
         if self.closed:
             return
         if key is not None:
@@ -142,6 +167,7 @@ class Connection:
             self.close_code = CLOSE_SLOW_CONSUMER
             self._queue.clear()
             self._wake.set()
+            self._sent.set()
             return
         item = _Item(text, key)
         if key is not None:
@@ -166,8 +192,13 @@ class Connection:
                     if item.text is None:
                         continue
                     self._live -= 1
-                    await self._send_text(item.text)
+                    if isinstance(item.text, bytes):
+                        assert self._send_bytes is not None
+                        await self._send_bytes(item.text)
+                    else:
+                        await self._send_text(item.text)
                     self.frames_out += 1
+                    self._sent.set()
                 if self.closed:
                     code = self.close_code or 1000
                     await self._close(
@@ -179,6 +210,7 @@ class Connection:
         except Exception as exc:  # a dead socket ends this connection only
             log.debug("writer for conn=%s ended: %s", self.id, type(exc).__name__)
             self.closed = True
+            self._sent.set()
 
     def request_close(self, code: int) -> None:
         """Close after what is queued has been written."""
@@ -187,9 +219,11 @@ class Connection:
         self.closed = True
         self.close_code = code
         self._wake.set()
+        self._sent.set()
 
     async def stop(self) -> None:
         self.closed = True
+        self._sent.set()
         if self._writer is not None and not self._writer.done():
             self._writer.cancel()
             try:

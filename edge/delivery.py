@@ -37,13 +37,27 @@ class ReplayGate(Generic[P]):
     def begin_replay(self) -> None:
         self.replaying = True
 
-    def finish_replay(self, replayed: list[tuple[int, P]]) -> list[P]:
-        """What to deliver once the replay arrived: replayed, then held, each once, in order."""
-        held, self._held = self._held, []
-        self.replaying = False
+    def replay_chunk(self, replayed: list[tuple[int, P]]) -> list[P]:
+        """Part of a long replay (more chunks follow): deliver, keep holding live events."""
         out: list[P] = []
         for cursor, payload in replayed:
             out.extend(self._admit(cursor, payload))
-        for cursor, payload in held:
-            out.extend(self._admit(cursor, payload))
         return out
+
+    def finish_replay(self, replayed: list[tuple[int, P]]) -> tuple[list[P], bool]:
+        """What to deliver once the replay arrived: replayed, then held, each once, in order.
+
+        Events sequenced after the replay was read are all published, so the held ones
+        must continue the replay without a hole. A hole means the doorbell lost an event:
+        delivery stops before it, the rest stays held, and the second value is True — the
+        caller must resync from `last_cursor`.
+        """
+        out = self.replay_chunk(replayed)
+        held, self._held = self._held, []
+        for index, (cursor, payload) in enumerate(held):
+            if cursor and cursor > self.last_cursor + 1:
+                self._held = held[index:]
+                return out, True
+            out.extend(self._admit(cursor, payload))
+        self.replaying = False
+        return out, False

@@ -11,11 +11,11 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from canonical.bus import Bus, Subscription
 from canonical.errors import BusUnavailable
-from canonical.protocol import CLOSE, REPLAY, REPLY
+from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
 
 from . import metrics
 from .connection import Connection
@@ -24,6 +24,9 @@ from .dialects.iris import IrisDialect
 from .dialects.pheby import PhebyDialect
 from .errors import CLOSE_SERVICE_RESTART
 
+if TYPE_CHECKING:
+    from .media import MediaFrames
+
 log = logging.getLogger("hdg.edge.hub")
 
 Json = dict[str, Any]
@@ -31,6 +34,7 @@ _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 PRESENCE_TTL_S = 60.0
 PRESENCE_REFRESH_S = 20.0
+REQUEST_TIMEOUT_S = 15.0
 
 DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
 
@@ -49,6 +53,11 @@ class Hub:
         self.frames_in = 0
         self.events_in = 0
         self._presence_task: asyncio.Task[None] | None = None
+        # Requests from this edge's own handlers (HTTP, media frames): pseudo connection
+        # id → the future its direct reply resolves.
+        self._requests: dict[str, asyncio.Future[Json]] = {}
+        # Edge-side handler of iris media frames (edge.media.MediaFrames), set by the app.
+        self.media: MediaFrames | None = None
 
     async def start(self) -> None:
         self._sub = self.bus.subscription(self.edge_id, self._on_bus, self._on_bus_reconnect)
@@ -147,7 +156,43 @@ class Hub:
                 conn.request_close(int(event.get("code", 4401)))
             metrics.control_closed("close_all", len(conns))
 
+    async def request(
+        self, tenant: str, cmd: str, args: Json, *, timeout: float = REQUEST_TIMEOUT_S
+    ) -> Json:
+        """Send the tenant's plugin a command and await its direct reply (the reply body:
+        an error reply is ``{"type": "error", "code", "message"}``).
+
+        Raises BusUnavailable, or TimeoutError when the plugin does not answer in time.
+        """
+        conn_id = "req-" + new_id(8)
+        future: asyncio.Future[Json] = asyncio.get_running_loop().create_future()
+        self._requests[conn_id] = future
+        try:
+            await self.bus.submit(
+                tenant,
+                {
+                    "cmd": cmd,
+                    "edge": self.edge_id,
+                    "conn": conn_id,
+                    "dialect": "http",
+                    "device_id": "edge",
+                    "request_id": None,
+                    "args": args,
+                    "internal": True,
+                    "ts": now_iso(),
+                },
+            )
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._requests.pop(conn_id, None)
+
     def _direct(self, message: Json) -> None:
+        pending = self._requests.get(str(message.get("conn")))
+        if pending is not None:
+            if not pending.done() and message.get("kind") == REPLY:
+                body = message.get("body")
+                pending.set_result(body if isinstance(body, dict) else {})
+            return
         conn = self.conns.get(str(message.get("conn")))
         if conn is None:
             return
@@ -179,8 +224,10 @@ class Hub:
         for event in body.get("events") or []:
             frame = conn.dialect.encode_event(event)
             events.append((event, encode(frame) if frame is not None else None))
-        conn.finish_replay(events)
-        metrics.replayed(len(events))
+        if body.get("more"):
+            conn.replay_chunk(events)
+        elif conn.finish_replay(events):
+            asyncio.get_running_loop().create_task(self._resync(conn))
 
     def _on_bus_reconnect(self) -> None:
         """The doorbell was down: every device catches up."""
@@ -192,7 +239,8 @@ class Hub:
         for conn in list(conns):
             if conn.dialect.name == "pheby":
                 conn.request_close(CLOSE_SERVICE_RESTART)
-            elif not conn.replaying:
+            else:
+                # Even a connection already replaying: its replay may have been lost.
                 conn.begin_replay()
                 asyncio.get_running_loop().create_task(self._resync(conn))
 

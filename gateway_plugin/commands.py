@@ -10,6 +10,16 @@ from typing import TYPE_CHECKING, Any
 from canonical.protocol import MAX_HISTORY, REPLAY, error_body, now_iso
 
 from . import admin
+from .attachments import (
+    Attachment,
+    added_event,
+    agent_input,
+    claimed_view,
+    display_messages,
+)
+from .attachments import cmd_check as attachment_check
+from .attachments import cmd_get as attachment_get
+from .attachments import cmd_register as attachment_register
 from .channel_store import ChannelEntry, ChannelError
 from .delivery import cron_targets
 from .errors import CommandError
@@ -23,6 +33,7 @@ log = logging.getLogger("hdg.plugin.commands")
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
 
+REPLAY_CHUNK = 2000
 SERVER_CAPS = ["streaming", "channels", "threads", "auto_thread", "search", "sync", "cursor_ack"]
 
 
@@ -126,7 +137,7 @@ class CommandHandler:
         raw_cursor = args.get("cursor")
         fresh = not isinstance(raw_cursor, int)
         cursor = raw_cursor if isinstance(raw_cursor, int) else 0
-        events, gap = ([], False) if fresh else self.c.outbox.since(cursor)
+        gap = not fresh and cursor < self.c.outbox.trimmed_upto()
         head = self.c.outbox.head()
         ack: Json = {
             "type": "hello.ack",
@@ -142,36 +153,41 @@ class CommandHandler:
             ack["request_id"] = args["request_id"]
         if cursor > 0:
             self.c.outbox.ack(device_id, cursor)
-        await self.c.reply(
-            command, {"before": [ack], "events": events, "head": head, "fresh": fresh}, kind=REPLAY
-        )
+        if fresh:
+            await self.c.reply(
+                command, {"before": [ack], "events": [], "head": head, "fresh": True}, kind=REPLAY
+            )
+        else:
+            await self._replay(command, cursor, [ack])
 
     async def cmd_sync(self, command: Json, args: Json) -> None:
         cursor = int(args.get("cursor") or 0)
-        events, gap = self.c.outbox.since(cursor)
+        gap = cursor < self.c.outbox.trimmed_upto()
         before: list[Json] = []
-        if not command.get("internal"):
+        if not command.get("internal") or gap:
             done: Json = {
                 "type": "sync.ack",
                 "from": cursor,
                 "head": self.c.outbox.head(),
-                "count": len(events),
                 "gap": gap,
             }
             if command.get("request_id") is not None:
                 done["request_id"] = command["request_id"]
             before.append(done)
-        elif gap:
-            before.append(
-                {
-                    "type": "sync.ack",
-                    "from": cursor,
-                    "head": self.c.outbox.head(),
-                    "count": len(events),
-                    "gap": gap,
-                }
+        await self._replay(command, cursor, before)
+
+    async def _replay(self, command: Json, cursor: int, before: list[Json], **extra: Any) -> None:
+        """Everything after `cursor`, in chunks (a long absence never builds one huge frame)."""
+        while True:
+            events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
+            more = len(events) == REPLAY_CHUNK
+            await self.c.reply(
+                command, {"before": before, "events": events, "more": more, **extra}, kind=REPLAY
             )
-        await self.c.reply(command, {"before": before, "events": events}, kind=REPLAY)
+            if not more:
+                return
+            before = []
+            cursor = int(events[-1]["cursor"])
 
     async def cmd_ack(self, command: Json, args: Json) -> None:
         self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
@@ -234,13 +250,27 @@ class CommandHandler:
     ) -> None:
         lane = _lane(entry)
         key = self._idem_key(command, f"{lane[0]}|{lane[1]}", text)
+        args = command.get("args") or {}
+        # pheby chat.send attachment_ids, iris message.send media_refs: the same uploads.
+        attachment_ids = list(args.get("attachment_ids") or args.get("media_refs") or [])
+        user_message_id = f"u-{client_id or command.get('request_id') or now_iso()}"
         if key is not None:
             seen = self.c.outbox.idem_get(key)
             if seen is not None:
                 result, dispatched = seen
+                claimed = list(result.pop("attachment_ids", None) or [])
                 await self._ack_send(command, result)
                 if not dispatched and result.get("run_id") and self.c.turns.active(lane) is None:
-                    # Accepted before a crash but never handed to Hermes: finish the job.
+                    # Accepted before a crash but never handed to Hermes: finish the job
+                    # (claiming again what the crash may have left unclaimed).
+                    self.c.attachments.claim(
+                        claimed,
+                        entry,
+                        message_id=user_message_id,
+                        run_id=result["run_id"],
+                        claim_key=key,
+                        text=text,
+                    )
                     self.c.turns.accept(
                         lane,
                         entry.conversation_id,
@@ -248,18 +278,25 @@ class CommandHandler:
                         request_id=command.get("request_id"),
                         client_id=client_id,
                     )
-                    await self._dispatch(command, entry, text, result["run_id"], key)
+                    await self._dispatch(command, entry, text, result["run_id"], key, claimed)
                 return
         if entry.automation:
             raise CommandError("unsupported", "automation channels are read-only")
         is_command = text.lstrip().startswith("/")
+        uploads: list[Attachment] = []
+        if attachment_ids:
+            if is_command:
+                raise CommandError("bad_request", "attachments cannot be sent with a slash command")
+            uploads = self.c.attachments.validate_claim(
+                attachment_ids, entry, thread_may_adopt=command.get("dialect") == "iris"
+            )
         active = self.c.turns.active(lane)
         device_id = str(command.get("device_id"))
         echo: Json = {
             "type": "message.complete",
             "lane": list(lane),
             "conversation_id": entry.conversation_id,
-            "message_id": f"u-{client_id or command.get('request_id') or now_iso()}",
+            "message_id": user_message_id,
             "role": "user",
             "kind": "user",
             "text": text,
@@ -269,6 +306,7 @@ class CommandHandler:
         if client_id is not None:
             echo["client_id"] = client_id
         if active is not None:
+            # Attachments are claimed only below: a send refused here leaves them retryable.
             if not is_command:
                 raise CommandError("run_active", "a run is already active in this conversation")
             # Slash commands reach Hermes' command pipeline while a run is active (/stop).
@@ -298,22 +336,50 @@ class CommandHandler:
             "run_id": run.run_id,
             "client_id": client_id,
         }
+        # The uploads are announced in the send's transaction, right after the user turn,
+        # and claimed just after it (no await between: the idempotency record carries
+        # their ids, so a retry after a crash in between claims them again).
+        added = [added_event(claimed_view(u, entry, user_message_id, run.run_id)) for u in uploads]
         sequenced = self.c.outbox.record_send(
             key,
-            result,
-            [echo, *events],
+            {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
+            [echo, *added, *events],
             {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
+        )
+        self.c.attachments.claim(
+            attachment_ids,
+            entry,
+            message_id=user_message_id,
+            run_id=run.run_id,
+            claim_key=key or f"run:{run.run_id}",
+            text=text,
         )
         self.c.publish(sequenced)
         if command.get("dialect") == "iris":
             # Pheby's broadcast run.accepted carries the request_id: that is its reply.
             await self._ack_send(command, result)
-        await self._dispatch(command, entry, text, run.run_id, key)
+        await self._dispatch(command, entry, text, run.run_id, key, attachment_ids)
 
     async def _dispatch(
-        self, command: Json, entry: ChannelEntry, text: str, run_id: str | None, key: str | None
+        self,
+        command: Json,
+        entry: ChannelEntry,
+        text: str,
+        run_id: str | None,
+        key: str | None,
+        attachment_ids: list[str] | None = None,
     ) -> None:
         device_id = str(command.get("device_id") or "device")
+        media_urls: list[str] = []
+        media_types: list[str] = []
+        if attachment_ids:
+            # Small text files inlined ahead of the text; every file as a local media path.
+            text, media_urls, media_types = await agent_input(
+                self.c.attachments,
+                self.c.attachments.records(attachment_ids),
+                text,
+                self.c.agent.stage_media,
+            )
         await self.c.agent.submit(
             _lane(entry),
             text,
@@ -321,6 +387,8 @@ class CommandHandler:
             user_name=device_id,
             run_id=run_id,
             chat_name=entry.name,
+            media_urls=media_urls,
+            media_types=media_types,
         )
         if key is not None:
             self.c.outbox.mark_dispatched(key)
@@ -335,6 +403,16 @@ class CommandHandler:
         if run is None or (wanted is not None and wanted != run.run_id):
             raise CommandError("not_found", "no such active run")
         await self.c.agent.interrupt(lane, user_id=str(command.get("device_id")))
+
+    # -- attachments: requests from the edges (HTTP uploads and downloads, iris media)
+    async def cmd_attachment_check(self, command: Json, args: Json) -> None:
+        await attachment_check(self.c, command, args)
+
+    async def cmd_attachment_register(self, command: Json, args: Json) -> None:
+        await attachment_register(self.c, command, args)
+
+    async def cmd_attachment_get(self, command: Json, args: Json) -> None:
+        await attachment_get(self.c, command, args)
 
     # -- conversations (pheby)
     async def cmd_conversation_list(self, command: Json, args: Json) -> None:
@@ -411,6 +489,13 @@ class CommandHandler:
         messages, has_more = self.c.transcript.messages(
             _lane(entry), limit, args.get("before_message_id")
         )
+        # Users' own texts (Hermes stores the turn with inlined files) and the attachments
+        # anchored to the transcript's message ids where the page shows the turn.
+        messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
+        attachments = [
+            a.descriptor(anchors.get(a.message_id or ""))
+            for a in self.c.attachments.for_conversation(entry.conversation_id)
+        ]
         run = self.c.turns.active(_lane(entry))
         snapshot = self.c.desk.snapshot(_lane(entry))
         run_state = None
@@ -429,7 +514,7 @@ class CommandHandler:
                 "request_id": command.get("request_id"),
                 "messages": messages,
                 "has_more": has_more,
-                "attachments": [],
+                "attachments": attachments,
                 "run": run_state,
                 "tools": [_strip_lane(t) for t in snapshot["tools"]],
                 "approvals": [_strip_lane(a) for a in snapshot["approvals"]],

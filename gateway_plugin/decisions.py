@@ -52,9 +52,10 @@ class DecisionDesk:
     # -- Hermes → devices
     def on_tool_start(self, lane: Lane, tool_call_id: str, tool_name: str, args: Any) -> None:
         self.c.turns.known_tools.add(tool_name)
-        self.c.emit(
-            [self.state.tool_started(lane, self._base(lane), tool_call_id, tool_name, args)]
-        )
+        run = self.c.turns.active(lane)
+        commentary = self.c.turns.close_commentary(run) if run is not None else []
+        started = self.state.tool_started(lane, self._base(lane), tool_call_id, tool_name, args)
+        self.c.emit([*commentary, started])
 
     def on_tool_end(
         self,

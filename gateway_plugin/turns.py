@@ -151,6 +151,7 @@ class TurnTracker:
                 **_base(run, "message.delta"),
                 "message_id": run.message_id,
                 "text": text,
+                "reply": run.reply(),
                 "ts": now_iso(),
             }
         ]
@@ -158,9 +159,30 @@ class TurnTracker:
     def on_send(self, run: Run, content: str) -> tuple[str, list[Json]]:
         """A new text segment of the run; returns the segment's message id and events."""
         segment_id = f"seg-{new_id(8)}"
+        reasoning, content = split_reasoning(content)
+        if reasoning:
+            run.reasoning = reasoning
         run.segments.append(strip_cursor(content))
+        run.segment_ids.append(segment_id)
         self.segment_index[segment_id] = (run.run_id, len(run.segments) - 1)
         return segment_id, self._delta(run)
+
+    def close_commentary(self, run: Run) -> list[Json]:
+        """A tool call started: the text so far was interim commentary, not the reply."""
+        events: list[Json] = []
+        for index in range(run.commentary_upto, len(run.segments)):
+            text = run.segments[index].strip()
+            if text:
+                events.append(
+                    {
+                        **_base(run, "commentary"),
+                        "message_id": run.segment_ids[index],
+                        "text": text,
+                        "ts": now_iso(),
+                    }
+                )
+        run.commentary_upto = len(run.segments)
+        return events
 
     def on_edit(self, segment_id: str, content: str) -> list[Json]:
         located = self.segment_index.get(segment_id)

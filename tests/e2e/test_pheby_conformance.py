@@ -7,6 +7,7 @@ tool events in test_embedded_turn.py; reconnect recovery in test_durability.py.
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +24,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 @pytest.fixture
 def deployment(embedded: Callable[..., Deployment]) -> Deployment:
     # Short approval timeout so Hermes' own fail-closed expiry is observable.
-    return embedded(home_options={"config_overrides": {"approvals": {"timeout": 4}}})
+    return embedded(home_options={"config_overrides": {"approvals": {"timeout": 4, "destructive_slash_confirm": False}}})
 
 
 async def test_handshake_ready_carries_version_server_and_a_utc_timestamp(
@@ -129,6 +130,14 @@ async def test_conversation_open_spans_a_reset_generation(deployment: Deployment
     )
     texts = " ".join(m["text"] for m in history["messages"])
     assert "before the reset" in texts and "after the reset" in texts
+    state = sqlite3.connect(f"file:{deployment.home.path / 'state.db'}?mode=ro", uri=True)
+    try:
+        sessions = state.execute(
+            "SELECT COUNT(*) FROM sessions WHERE source = 'android' AND session_key LIKE 'agent:main:android:dm:android:chan_%'"
+        ).fetchone()[0]
+    finally:
+        state.close()
+    assert sessions >= 2, "the reset started a second Hermes session for the same conversation"
 
 
 async def test_conversation_rename_replies_and_broadcasts(deployment: Deployment) -> None:

@@ -1,0 +1,171 @@
+"""The bus contract on RedisBus against a real redis-server, plus surviving Redis faults."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+
+from canonical.bus import TENANTS_KEY, command_stream, token_digest
+from canonical.errors import BusUnavailable
+from canonical.redis_bus import RedisBus
+from tests.harness.processes import RedisServer
+
+from .test_bus_contract import BusContract, Recorder, settle, unique
+
+
+class TestRedisBusContract(BusContract):
+    @pytest.fixture
+    async def bus(self, redis_server: RedisServer) -> AsyncIterator[RedisBus]:
+        bus = RedisBus(redis_server.url)
+        yield bus
+        await bus.close()
+
+
+async def _wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.02)
+
+
+async def test_the_registry_stores_the_token_digest_never_the_token(
+    redis_server: RedisServer,
+) -> None:
+    bus = RedisBus(redis_server.url)
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        tenant, token = unique("tenant"), unique("token") * 2
+        await bus.register_tenant(tenant, token)
+        stored = await raw.hgetall(TENANTS_KEY)
+        assert stored[token_digest(token).encode()] == tenant.encode()
+        assert all(token.encode() not in k and token.encode() not in v for k, v in stored.items())
+        await bus.unregister_tenant(tenant, token)
+    finally:
+        await raw.aclose()
+        await bus.close()
+
+
+async def test_commands_live_in_the_tenants_own_stream(redis_server: RedisServer) -> None:
+    bus = RedisBus(redis_server.url)
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        tenant = unique("tenant")
+        await bus.submit(tenant, {"cmd": "ping"})
+        assert await raw.xlen(command_stream(tenant)) == 1
+        assert command_stream(tenant) == f"hdg:{{{tenant}}}:cmd"
+    finally:
+        await raw.aclose()
+        await bus.close()
+
+
+async def test_a_subscription_survives_a_redis_kill9_and_restart_and_calls_on_reconnect(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    bus = RedisBus(server.url)
+    recorder = Recorder()
+    reconnects: list[float] = []
+    tenant, edge = unique("tenant"), unique("edge")
+    sub = bus.subscription(edge, recorder, on_reconnect=lambda: reconnects.append(time.monotonic()))
+    publisher = RedisBus(server.url)
+    try:
+        await sub.start()
+        await sub.add_tenant(tenant)
+        await settle(recorder, lambda p: publisher.publish(tenant, p))
+        assert reconnects == []
+
+        await asyncio.to_thread(server.kill9)
+        await asyncio.to_thread(server.restart)
+        await _wait_until(lambda: bool(reconnects))
+
+        # Both the tenant channel and the edge's own channel are subscribed again.
+        await settle(recorder, lambda p: publisher.publish(tenant, p))
+        await settle(recorder, lambda p: publisher.reply(edge, p))
+        await publisher.publish(tenant, b"after restart")
+        await recorder.wait_for(b"after restart")
+        assert recorder.real == [("event", tenant, b"after restart")]
+        assert len(reconnects) == 1
+    finally:
+        await sub.close()
+        await publisher.close()
+        await bus.close()
+
+
+async def test_submit_while_redis_is_down_raises_bus_unavailable_and_recovers_after(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    bus = RedisBus(server.url)
+    tenant = unique("tenant")
+    try:
+        await bus.submit(tenant, {"n": 1})
+        await asyncio.to_thread(server.kill9)
+        with pytest.raises(BusUnavailable):
+            await bus.submit(tenant, {"n": 2})
+        with pytest.raises(BusUnavailable):
+            await bus.submit(tenant, {"n": 3})
+        with pytest.raises(BusUnavailable):
+            await bus.publish(tenant, b"x")
+        with pytest.raises(BusUnavailable):
+            await bus.resolve_tenant("t" * 20)
+        with pytest.raises(BusUnavailable):
+            await bus.consume(tenant, "c1", block_ms=10)
+        assert await bus.ping() is False
+
+        await asyncio.to_thread(server.restart)
+        # The dead pooled connection may fail once more; the next call reconnects.
+        for _ in range(20):
+            try:
+                await bus.submit(tenant, {"n": 4})
+                break
+            except BusUnavailable:
+                await asyncio.sleep(0.05)
+        assert await bus.ping() is True
+        batch = await bus.consume(tenant, "c1", block_ms=100)
+        assert [c for _, c in batch] == [{"n": 4}]
+    finally:
+        await bus.close()
+
+
+async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
+    redis_server: RedisServer,
+) -> None:
+    """add_tenant() racing the (re)connect's SUBSCRIBE must still end up subscribed."""
+    bus = RedisBus(redis_server.url)
+    publisher = RedisBus(redis_server.url)
+    gate = asyncio.Event()
+    real_pubsub = bus.client.pubsub
+
+    def gated_pubsub(**kwargs: Any) -> Any:
+        pubsub = real_pubsub(**kwargs)
+        real_subscribe = pubsub.subscribe
+
+        async def subscribe(*args: Any, **kw: Any) -> Any:
+            await gate.wait()  # the connect + SUBSCRIBE round trip, held open
+            return await real_subscribe(*args, **kw)
+
+        pubsub.subscribe = subscribe
+        return pubsub
+
+    bus.client.pubsub = gated_pubsub
+    recorder = Recorder()
+    tenant, edge = unique("tenant"), unique("edge")
+    sub = bus.subscription(edge, recorder)
+    try:
+        starting = asyncio.create_task(sub.start())
+        await asyncio.sleep(0.05)  # the subscription task is inside SUBSCRIBE now
+        await sub.add_tenant(tenant)
+        gate.set()
+        await starting
+        await settle(recorder, lambda p: publisher.reply(edge, p))
+        await settle(recorder, lambda p: publisher.publish(tenant, p), timeout=3.0)
+    finally:
+        await sub.close()
+        await publisher.close()
+        await bus.close()
