@@ -1,0 +1,176 @@
+"""Sample media generated on the fly (Pillow, PyAV): real files and hostile ones.
+
+Used by the media tests and by ``bench/media_bench.py``.
+"""
+
+from __future__ import annotations
+
+import array
+import math
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import cast
+
+import av
+from av.audio.stream import AudioStream
+from PIL import ExifTags, Image, ImageDraw
+
+RED = (220, 30, 30)
+BLUE = (30, 30, 220)
+
+
+def jpeg_with_orientation(
+    path: Path, size: tuple[int, int] = (4000, 3000), orientation: int = 6
+) -> Path:
+    """A landscape JPEG (left half red, right half blue) with EXIF Orientation and GPS.
+
+    With orientation 6 ("rotate 90 CW to display") the displayed image is portrait with
+    red on top.
+    """
+    width, height = size
+    image = Image.new("RGB", size, BLUE)
+    ImageDraw.Draw(image).rectangle([0, 0, width // 2, height], fill=RED)
+    # Sensor-like noise, so the JPEG costs what a photo costs to decode.
+    noise = Image.effect_noise(size, 24).convert("RGB")
+    image = Image.blend(image, noise, 0.15)
+    exif = Image.Exif()
+    exif[ExifTags.Base.Orientation] = orientation
+    exif[ExifTags.Base.Make] = "HDG Test Camera"
+    gps = exif.get_ifd(ExifTags.IFD.GPSInfo)
+    gps[ExifTags.GPS.GPSLatitudeRef] = "N"
+    gps[ExifTags.GPS.GPSLatitude] = (48.0, 51.0, 29.0)
+    gps[ExifTags.GPS.GPSLongitudeRef] = "E"
+    gps[ExifTags.GPS.GPSLongitude] = (2.0, 17.0, 40.0)
+    image.save(path, "JPEG", quality=85, exif=exif)
+    return path
+
+
+def png_with_alpha(path: Path, size: tuple[int, int] = (800, 600)) -> Path:
+    image = Image.new("RGBA", size, (0, 0, 0, 0))
+    ImageDraw.Draw(image).ellipse([100, 100, 500, 500], fill=(0, 200, 0, 255))
+    image.save(path, "PNG")
+    return path
+
+
+def truncated(source: Path, path: Path, keep: float = 0.4) -> Path:
+    data = source.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    return path
+
+
+def random_bytes(path: Path, size: int = 64 * 1024, seed: int = 1234) -> Path:
+    path.write_bytes(os.urandom(0) + _prng_bytes(size, seed))
+    return path
+
+
+def _prng_bytes(size: int, seed: int) -> bytes:
+    state = seed
+    out = bytearray()
+    while len(out) < size:
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        out += state.to_bytes(8, "little")
+    return bytes(out[:size])
+
+
+def png_bomb(path: Path, width: int = 100_000, height: int = 100_000) -> Path:
+    """A tiny PNG whose header claims ``width`` x ``height`` pixels."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\x00" * 1024)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+    )
+    return path
+
+
+def sine_audio(
+    path: Path,
+    seconds: float = 60.0,
+    rate: int = 44_100,
+    layout: str = "stereo",
+    codec: str = "flac",
+) -> Path:
+    """A 440 Hz sine (FLAC by default; ``codec="pcm_s16le"`` with a .wav path for WAV)."""
+    channels = 2 if layout == "stereo" else 1
+    period = array.array(
+        "h", (int(8000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(rate))
+    )
+    with av.open(str(path), mode="w") as container:
+        stream = cast(AudioStream, container.add_stream(codec, rate=rate))
+        stream.layout = layout
+        total = int(seconds * rate)
+        pts = 0
+        while pts < total:
+            n = min(4096, total - pts)
+            samples = array.array("h")
+            for i in range(pts, pts + n):
+                samples.extend([period[i % rate]] * channels)
+            frame = av.AudioFrame(format="s16", layout=layout, samples=n)
+            frame.planes[0].update(samples.tobytes())
+            frame.sample_rate = rate
+            frame.pts = pts
+            container.mux(stream.encode(frame))
+            pts += n
+        container.mux(stream.encode(None))
+    return path
+
+
+def video(
+    path: Path,
+    seconds: float = 3.0,
+    size: tuple[int, int] = (1920, 1080),
+    fps: int = 30,
+    *,
+    audio: bool = True,
+    rotation: int = 0,
+) -> Path:
+    """H.264 (+ AAC) MP4 with moving content, at a low bitrate so it is quick to make."""
+    width, height = size
+    frames = []
+    for k in range(8):
+        image = Image.new("RGB", size, (k * 30, 60, 120))
+        ImageDraw.Draw(image).rectangle(
+            [k * width // 10, height // 5, k * width // 10 + width // 6, height // 2],
+            fill=(255, 255, 0),
+        )
+        frame = av.VideoFrame.from_image(image)  # type: ignore[no-untyped-call]
+        frames.append(frame.reformat(format="yuv420p"))
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(
+            "libx264", rate=fps, options={"preset": "ultrafast", "crf": "35"}
+        )
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        if rotation:
+            stream.set_display_rotation(rotation)
+        sound = container.add_stream("aac", rate=48_000) if audio else None
+        if sound is not None:
+            sound.layout = "mono"
+        for i in range(int(seconds * fps)):
+            frame = frames[(i // 4) % len(frames)]
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+        if sound is not None:
+            rate = 48_000
+            tone = array.array(
+                "h", (int(6000 * math.sin(2 * math.pi * 330 * i / rate)) for i in range(rate))
+            )
+            pts = 0
+            while pts < int(seconds * rate):
+                n = 1024
+                chunk = array.array("h", (tone[(pts + i) % rate] for i in range(n)))
+                frame = av.AudioFrame(format="s16", layout="mono", samples=n)
+                frame.planes[0].update(chunk.tobytes())
+                frame.sample_rate = rate
+                frame.pts = pts
+                container.mux(sound.encode(frame))
+                pts += n
+            container.mux(sound.encode(None))
+    return path

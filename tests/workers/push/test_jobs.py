@@ -1,0 +1,181 @@
+"""workers.push.jobs: the push_notify job, called directly with a ctx (no arq)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from arq import Retry
+from prometheus_client import REGISTRY
+from redis.asyncio import Redis
+
+from tests.harness.processes import RedisServer
+from tests.workers.fake_services import FakeFcm, FakeNtfy, FcmScript, NtfyScript
+from tests.workers.helpers import job_ctx, notification
+from workers.config import load_config
+from workers.context import WorkerResources, build_resources
+from workers.push.dead_tokens import MemoryDeadTokens, RedisDeadTokens, dead_tokens_key
+from workers.push.jobs import push_notify
+
+MakeResources = Callable[..., WorkerResources]
+
+
+def results(backend: str, outcome: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "hdg_push_results_total", {"backend": backend, "outcome": outcome}
+    )
+    return value or 0.0
+
+
+@pytest.fixture
+def fcm_resources(
+    make_resources: MakeResources, fcm: FakeFcm, service_account_file: Path
+) -> WorkerResources:
+    return make_resources(fcm_service_account=service_account_file, fcm_api_base=fcm.url)
+
+
+async def test_a_delivered_push_returns_its_outcome_and_counts_it(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    before = results("fcm", "delivered")
+    result = await push_notify(job_ctx(fcm_resources), notification())
+    assert result["outcome"] == "delivered"
+    assert result["device_id"] == "dev-1"
+    assert result["message_id"].startswith("projects/hdg-test-project/messages/")
+    assert results("fcm", "delivered") == before + 1
+    assert len(fcm.deliveries("device-token-1")) == 1
+
+
+async def test_a_rerun_of_a_delivered_push_does_not_push_again(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    first = await push_notify(job_ctx(fcm_resources), notification())
+    again = await push_notify(job_ctx(fcm_resources, job_try=2), notification())
+    assert again == {**first, "duplicate": True}
+    assert fcm.attempts["device-token-1"] == 1
+
+
+async def test_a_dead_token_is_recorded_for_the_plugin_to_prune(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    fcm.script("device-token-1", FcmScript.unregistered())
+    result = await push_notify(job_ctx(fcm_resources), notification(tenant="acme"))
+    assert result["outcome"] == "token_invalid"
+    assert isinstance(fcm_resources.dead_tokens, MemoryDeadTokens)
+    assert fcm_resources.dead_tokens.tokens == {"acme": {"device-token-1"}}
+
+
+async def test_dead_tokens_land_in_the_tenants_redis_set(
+    redis_server: RedisServer, fcm: FakeFcm, service_account_file: Path
+) -> None:
+    redis = Redis.from_url(redis_server.url_for_db(3))
+    await redis.delete(dead_tokens_key("acme"))
+    res = build_resources(
+        load_config(
+            bus_url=redis_server.url_for_db(3),
+            fcm_service_account=service_account_file,
+            fcm_api_base=fcm.url,
+        ),
+        redis=redis,
+    )
+    try:
+        assert isinstance(res.dead_tokens, RedisDeadTokens)
+        fcm.script("device-token-1", FcmScript.sender_id_mismatch())
+        await push_notify(job_ctx(res), notification(tenant="acme", idempotency_key="k-dead"))
+        assert await redis.smembers("gw:acme:push:dead_tokens") == {b"device-token-1"}
+        assert await redis.get("gw:done:k-dead") is not None
+    finally:
+        await res.aclose()
+        await redis.delete("gw:done:k-dead", dead_tokens_key("acme"))
+        await redis.aclose()
+
+
+async def test_quota_exceeded_defers_the_retry_by_at_least_retry_after(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    fcm.script("device-token-1", FcmScript.quota_exceeded(retry_after=9))
+    with pytest.raises(Retry) as raised:
+        await push_notify(job_ctx(fcm_resources), notification())
+    assert raised.value.defer_score is not None
+    assert 9_000 <= raised.value.defer_score <= 9_000 + 900
+
+
+@pytest.mark.parametrize(
+    "script", [FcmScript.unavailable(), FcmScript.internal()], ids=["503", "500"]
+)
+async def test_transient_errors_retry_with_backoff(
+    fcm_resources: WorkerResources, fcm: FakeFcm, script: FcmScript
+) -> None:
+    fcm.script("device-token-1", script)
+    with pytest.raises(Retry):
+        await push_notify(job_ctx(fcm_resources), notification())
+    result = await push_notify(job_ctx(fcm_resources, job_try=2), notification())
+    assert result["outcome"] == "delivered"
+    assert len(fcm.deliveries("device-token-1")) == 1
+
+
+async def test_the_last_try_gives_up_with_a_failed_outcome(
+    make_resources: MakeResources, fcm: FakeFcm, service_account_file: Path
+) -> None:
+    res = make_resources(
+        fcm_service_account=service_account_file, fcm_api_base=fcm.url, push_max_tries=3
+    )
+    fcm.script("device-token-1", FcmScript.unavailable())
+    result = await push_notify(job_ctx(res, job_try=3), notification())
+    assert result["outcome"] == "failed"
+    assert result["reason"].startswith("gave up after 3 tries: UNAVAILABLE")
+
+
+async def test_a_failed_push_is_not_marked_done(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    fcm.script("device-token-1", FcmScript.third_party_auth())
+    assert (await push_notify(job_ctx(fcm_resources), notification()))["outcome"] == "failed"
+    assert await fcm_resources.idempotency.get("msg-1:dev-1") is None
+
+
+async def test_fcm_without_a_service_account_fails_and_names_the_setting(
+    make_resources: MakeResources,
+) -> None:
+    result = await push_notify(job_ctx(make_resources()), notification())
+    assert result["outcome"] == "failed"
+    assert result["reason"].startswith("ANDROID_FCM_SERVICE_ACCOUNT")
+
+
+async def test_a_malformed_payload_fails_without_raising(make_resources: MakeResources) -> None:
+    result = await push_notify(job_ctx(make_resources()), notification(kind="shout"))
+    assert result == {
+        "outcome": "failed",
+        "reason": "bad notification payload: kind: must be one of reply, approval, clarify, cron (got 'shout')",
+        "backend": "fcm",
+    }
+
+
+async def test_ntfy_pushes_go_through_the_same_job(
+    make_resources: MakeResources, ntfy: FakeNtfy
+) -> None:
+    res = make_resources(ntfy_server_url=ntfy.url)
+    payload = notification(backend="ntfy", token_or_topic="phone-topic", thread_id="t 1")
+    result = await push_notify(job_ctx(res), payload)
+    assert result["outcome"] == "delivered"
+    assert ntfy.published[0]["click"] == "hermes-device://chat/chat-42?thread=t%201"
+
+
+async def test_ntfy_rate_limits_become_retries(
+    make_resources: MakeResources, ntfy: FakeNtfy
+) -> None:
+    res = make_resources(ntfy_server_url=ntfy.url)
+    ntfy.script("phone-topic", NtfyScript.rate_limited())
+    before = results("ntfy", "retry")
+    with pytest.raises(Retry):
+        await push_notify(job_ctx(res), notification(backend="ntfy", token_or_topic="phone-topic"))
+    assert results("ntfy", "retry") == before + 1
+
+
+async def test_the_deep_link_scheme_is_a_setting(
+    make_resources: MakeResources, ntfy: FakeNtfy
+) -> None:
+    res = make_resources(ntfy_server_url=ntfy.url, deep_link_scheme="acme-chat")
+    await push_notify(job_ctx(res), notification(backend="ntfy", token_or_topic="t"))
+    assert ntfy.published[0]["click"] == "acme-chat://chat/chat-42"

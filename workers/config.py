@@ -1,0 +1,199 @@
+"""Worker settings, read from the environment.
+
+Variable names match the gateway's (``ANDROID_BUS_URL``, ``ANDROID_PUSH_BACKEND``,
+``ANDROID_FCM_SERVICE_ACCOUNT``, ``NTFY_*``) plus worker-only ``HDG_*`` knobs. Keyword
+arguments to :func:`load_config` win over the environment (tests, embedded mode).
+
+Every validation problem surfaces as one :class:`~workers.errors.ConfigError` whose
+message starts with the environment variable's name.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+__all__ = ["WorkerConfig", "load_config"]
+
+_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*$")
+LEGACY_FCM_MESSAGE = (
+    "the legacy FCM server-key API was shut down by Google; create a Firebase service "
+    "account key (JSON) and set ANDROID_FCM_SERVICE_ACCOUNT to its path instead"
+)
+
+
+def _env(name: str, field: str, default: Any, **constraints: Any) -> Any:
+    return Field(default=default, validation_alias=AliasChoices(name, field), **constraints)
+
+
+class WorkerConfig(BaseSettings):
+    """Everything the push, media and maintenance workers read."""
+
+    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
+
+    # -- bus -------------------------------------------------------------------------
+    bus_url: str = _env("ANDROID_BUS_URL", "bus_url", "redis://127.0.0.1:6379/0")
+
+    # -- push ------------------------------------------------------------------------
+    push_backend: Literal["fcm", "ntfy", "none"] = _env(
+        "ANDROID_PUSH_BACKEND", "push_backend", "fcm"
+    )
+    fcm_service_account: Path | None = _env(
+        "ANDROID_FCM_SERVICE_ACCOUNT", "fcm_service_account", None
+    )
+    fcm_server_key: SecretStr | None = _env("ANDROID_FCM_SERVER_KEY", "fcm_server_key", None)
+    fcm_api_base: str = _env("ANDROID_FCM_API_BASE", "fcm_api_base", "https://fcm.googleapis.com")
+    ntfy_server_url: str = _env("NTFY_SERVER_URL", "ntfy_server_url", "https://ntfy.sh")
+    ntfy_topic: str | None = _env("NTFY_TOPIC", "ntfy_topic", None)
+    ntfy_token: SecretStr | None = _env("NTFY_TOKEN", "ntfy_token", None)
+    ntfy_user: str | None = _env("NTFY_USER", "ntfy_user", None)
+    ntfy_password: SecretStr | None = _env("NTFY_PASSWORD", "ntfy_password", None)
+    deep_link_scheme: str = _env("HDG_DEEP_LINK_SCHEME", "deep_link_scheme", "hermes-device")
+    push_http_timeout: float = _env("HDG_PUSH_HTTP_TIMEOUT", "push_http_timeout", 10.0, gt=0)
+
+    # -- media -----------------------------------------------------------------------
+    media_root: Path | None = _env("HDG_MEDIA_ROOT", "media_root", None)
+    media_retention_days: float = _env(
+        "HDG_MEDIA_RETENTION_DAYS", "media_retention_days", 7.0, gt=0
+    )
+    media_max_pixels: int = _env("HDG_MEDIA_MAX_PIXELS", "media_max_pixels", 80_000_000, gt=0)
+    media_max_seconds: float = _env("HDG_MEDIA_MAX_SECONDS", "media_max_seconds", 3600.0, gt=0)
+
+    # -- jobs ------------------------------------------------------------------------
+    push_job_timeout: float = _env("HDG_PUSH_JOB_TIMEOUT", "push_job_timeout", 60.0, gt=0)
+    media_job_timeout: float = _env("HDG_MEDIA_JOB_TIMEOUT", "media_job_timeout", 600.0, gt=0)
+    maintenance_job_timeout: float = _env(
+        "HDG_MAINTENANCE_JOB_TIMEOUT", "maintenance_job_timeout", 900.0, gt=0
+    )
+    push_max_tries: int = _env("HDG_PUSH_MAX_TRIES", "push_max_tries", 8, ge=1)
+    media_max_tries: int = _env("HDG_MEDIA_MAX_TRIES", "media_max_tries", 3, ge=1)
+    push_concurrency: int = _env("HDG_PUSH_CONCURRENCY", "push_concurrency", 50, ge=1)
+    media_concurrency: int = _env("HDG_MEDIA_CONCURRENCY", "media_concurrency", 2, ge=1)
+    push_poll_delay: float = _env("HDG_PUSH_POLL_DELAY", "push_poll_delay", 0.1, gt=0)
+    poll_delay: float = _env("HDG_POLL_DELAY", "poll_delay", 0.5, gt=0)
+    retry_base_seconds: float = _env("HDG_RETRY_BASE_SECONDS", "retry_base_seconds", 2.0, gt=0)
+    retry_max_seconds: float = _env("HDG_RETRY_MAX_SECONDS", "retry_max_seconds", 600.0, gt=0)
+    idempotency_ttl_seconds: int = _env(
+        "HDG_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", 7 * 24 * 3600, gt=0
+    )
+    job_completion_wait: int = _env("HDG_JOB_COMPLETION_WAIT", "job_completion_wait", 30, ge=0)
+    health_check_interval: int = _env(
+        "HDG_HEALTH_CHECK_INTERVAL", "health_check_interval", 30, gt=0
+    )
+    retention_sweep_interval: float = _env(
+        "HDG_RETENTION_SWEEP_INTERVAL", "retention_sweep_interval", 3600.0, gt=0
+    )
+    metrics_port: int | None = _env("HDG_WORKER_METRICS_PORT", "metrics_port", None, ge=0)
+
+    @field_validator(
+        "fcm_service_account",
+        "fcm_server_key",
+        "ntfy_topic",
+        "ntfy_token",
+        "ntfy_user",
+        "ntfy_password",
+        "media_root",
+        "metrics_port",
+        mode="before",
+    )
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
+    @field_validator("bus_url")
+    @classmethod
+    def _known_bus(cls, value: str) -> str:
+        if not value.startswith(("redis://", "rediss://", "unix://", "memory://")):
+            raise ValueError("must be redis://host:port/db (or memory:// for embedded mode)")
+        return value
+
+    @field_validator("fcm_server_key")
+    @classmethod
+    def _legacy_key_is_gone(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            raise ValueError(LEGACY_FCM_MESSAGE)
+        return value
+
+    @field_validator("fcm_service_account")
+    @classmethod
+    def _account_file_exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"no such file: {value}")
+        return value
+
+    @field_validator("fcm_api_base", "ntfy_server_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("https://", "http://")):
+            raise ValueError("must be an http(s):// URL")
+        return value.rstrip("/")
+
+    @field_validator("deep_link_scheme")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not _SCHEME.match(value):
+            raise ValueError("must be a URI scheme such as hermes-device")
+        return value
+
+    @field_validator("media_root")
+    @classmethod
+    def _absolute_root(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("must be an absolute path")
+        return value
+
+    def ntfy_authorization(self) -> str | None:
+        """The ``Authorization`` header value for ntfy, or ``None`` for anonymous."""
+        if self.ntfy_user is not None:
+            password = self.ntfy_password.get_secret_value() if self.ntfy_password else ""
+            raw = f"{self.ntfy_user}:{password}".encode()
+            return "Basic " + base64.b64encode(raw).decode("ascii")
+        if self.ntfy_token is not None:
+            token = self.ntfy_token.get_secret_value().strip()
+            if ":" in token:  # Hermes' own ntfy adapter treats user:pass tokens as Basic auth
+                return "Basic " + base64.b64encode(token.encode()).decode("ascii")
+            return f"Bearer {token}"
+        return None
+
+
+def _env_name(field_name: str) -> str:
+    alias = WorkerConfig.model_fields[field_name].validation_alias
+    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
+        return alias.choices[0]
+    return field_name  # pragma: no cover - every field has an alias
+
+
+_ENV_NAMES: dict[str, str] = {name: _env_name(name) for name in WorkerConfig.model_fields}
+_BY_ANY_NAME: dict[str, str] = {
+    key.lower(): env for name, env in _ENV_NAMES.items() for key in (name, env)
+}
+
+
+def load_config(**overrides: Any) -> WorkerConfig:
+    """Build the config from keyword overrides > environment > defaults.
+
+    Raises :class:`ConfigError` naming the first bad setting.
+    """
+    try:
+        config = WorkerConfig(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = str(first["loc"][0]) if first["loc"] else "settings"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(_BY_ANY_NAME.get(loc.lower(), loc), message) from None
+    if config.ntfy_token is not None and config.ntfy_user is not None:
+        raise ConfigError(
+            "NTFY_TOKEN", "set either NTFY_TOKEN or NTFY_USER/NTFY_PASSWORD, not both"
+        )
+    if config.ntfy_password is not None and config.ntfy_user is None:
+        raise ConfigError("NTFY_USER", "is required when NTFY_PASSWORD is set")
+    return config

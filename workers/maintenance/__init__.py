@@ -1,0 +1,1 @@
+"""Maintenance jobs: retention sweeps (arq cron, ``unique=True``)."""

@@ -1,0 +1,125 @@
+"""Retention: delete media files older than ``HDG_MEDIA_RETENTION_DAYS`` (default 7).
+
+Safe next to live traffic: only entries whose own mtime is older than the cutoff are
+touched, symlinks are never followed (a link is removed as a link), files that vanish
+mid-sweep are ignored, and a directory is removed only when empty *and* old, so a
+directory a job has just created (fresh mtime) survives (an old one is removed only
+if ``rmdir`` finds it empty).
+
+``extra_retention_tasks`` is the hook for other stores (the outbox trim is added by
+the gateway): every coroutine function appended there is awaited with the job's
+``ctx`` after the file sweep; one failing task is logged and does not stop the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..context import resources
+from ..metrics import JOB_DURATION
+
+__all__ = [
+    "RetentionTask",
+    "SweepReport",
+    "extra_retention_tasks",
+    "retention_sweep",
+    "sweep_files",
+]
+
+log = logging.getLogger(__name__)
+
+RetentionTask = Callable[[dict[str, Any]], Awaitable[object]]
+
+#: Extra retention coroutines, awaited in order by :func:`retention_sweep`.
+extra_retention_tasks: list[RetentionTask] = []
+
+
+@dataclass
+class SweepReport:
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    dirs_deleted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def sweep_files(root: Path, cutoff: float) -> SweepReport:
+    """Delete entries under ``root`` (not ``root`` itself) last modified before ``cutoff``."""
+    report = SweepReport()
+    if root.is_dir():
+        _sweep_dir(str(root), cutoff, report)
+    return report
+
+
+def _sweep_dir(path: str, cutoff: float, report: SweepReport) -> None:
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        report.errors.append(f"{path}: {exc.strerror}")
+        return
+    for entry in entries:
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            _sweep_dir(entry.path, cutoff, report)
+            if info.st_mtime < cutoff:
+                _remove_empty_dir(entry.path, report)
+        elif info.st_mtime < cutoff:
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                report.errors.append(f"{entry.path}: {exc.strerror}")
+                continue
+            report.files_deleted += 1
+            report.bytes_deleted += info.st_size
+
+
+def _remove_empty_dir(path: str, report: SweepReport) -> None:
+    try:
+        os.rmdir(path)  # fails unless empty: a job writing into it keeps it alive
+    except OSError:
+        return  # not empty, vanished or busy: leave it
+    report.dirs_deleted += 1
+
+
+async def retention_sweep(ctx: dict[str, Any]) -> dict[str, Any]:
+    """Cron job: sweep the media root, then run ``extra_retention_tasks``."""
+    with JOB_DURATION.labels(job="retention_sweep").time():
+        config = resources(ctx).config
+        result: dict[str, Any] = {
+            "media_root": str(config.media_root) if config.media_root else None
+        }
+        if config.media_root is not None:
+            cutoff = time.time() - config.media_retention_days * 86_400
+            report = await asyncio.to_thread(sweep_files, config.media_root, cutoff)
+            result.update(
+                files_deleted=report.files_deleted,
+                bytes_deleted=report.bytes_deleted,
+                dirs_deleted=report.dirs_deleted,
+                errors=report.errors[:20],
+            )
+        extra: dict[str, str] = {}
+        for task in list(extra_retention_tasks):
+            name = getattr(task, "__qualname__", repr(task))
+            try:
+                await task(ctx)
+            except Exception as exc:  # one hook's failure must not stop the others
+                log.exception("retention task %s failed", name)
+                extra[name] = f"failed: {exc!r}"
+            else:
+                extra[name] = "ok"
+        result["extra_tasks"] = extra
+        return result
