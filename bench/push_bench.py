@@ -30,13 +30,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import redis as redis_client  # noqa: E402
-from arq import create_pool  # noqa: E402
-from arq.connections import RedisSettings  # noqa: E402
+import redis as redis_client
+from arq import create_pool
+from arq.connections import RedisSettings
 
-from tests.harness.processes import ManagedProcess, RedisServer, scrubbed_environ  # noqa: E402
-from tests.workers.fake_services import running_fcm  # noqa: E402
-from workers.jobs import PUSH_QUEUE, enqueue_push  # noqa: E402
+from tests.harness.processes import ManagedProcess, RedisServer, scrubbed_environ
+from tests.workers.fake_services import running_fcm
+from workers.jobs import PUSH_QUEUE, enqueue_push
 
 
 def healthy(redis_url: str) -> bool:

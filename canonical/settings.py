@@ -36,7 +36,9 @@ class _NamedEnvironment(PydanticBaseSettingsSource):
         for name, field in self.settings_cls.model_fields.items():
             value, _, _ = self.get_field_value(field, name)
             if value is not None:
-                values[field.validation_alias if isinstance(field.validation_alias, str) else name] = value
+                values[
+                    field.validation_alias if isinstance(field.validation_alias, str) else name
+                ] = value
         return values
 
 
@@ -157,6 +159,17 @@ class GatewaySettings(BaseSettings):
         default=None,
         validation_alias="ANDROID_DATA_DIR",
         json_schema_extra={"extra_keys": ["data_dir"]},
+    )
+    push_delay_s: float = Field(
+        default=5.0,
+        ge=0,
+        validation_alias="ANDROID_PUSH_DELAY_S",
+        json_schema_extra={"extra_keys": ["push_delay_s"]},
+    )
+    push_preview: bool = Field(
+        default=False,
+        validation_alias="ANDROID_PUSH_PREVIEW",
+        json_schema_extra={"extra_keys": ["push_preview"]},
     )
     send_queue_frames: int = Field(
         default=1024,

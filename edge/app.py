@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -17,7 +18,10 @@ from canonical.bus import Bus
 from canonical.protocol import new_id
 
 from . import metrics
+from .attachments import AttachmentStore
+from .attachments import routes as attachment_routes
 from .hub import Hub
+from .media import MediaFrames
 from .session import DeviceSession
 
 log = logging.getLogger("hdg.edge")
@@ -31,6 +35,8 @@ class EdgeState:
         *,
         allowed_origins: frozenset[str] = frozenset(),
         send_queue_frames: int = 1024,
+        attachments_dir: Path | None = None,
+        max_upload_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.bus = bus
         self.edge_id = edge_id or new_id(6)
@@ -38,6 +44,11 @@ class EdgeState:
         self.allowed_origins = allowed_origins
         self.send_queue_frames = send_queue_frames
         self.sessions: set[DeviceSession] = set()
+        # Attachments: HTTP uploads/downloads and iris media frames, on shared storage.
+        if attachments_dir is None:
+            log.warning("attachments are disabled on this edge: ANDROID_ATTACHMENTS_DIR is not set")
+        self.attachments = AttachmentStore(self.hub, attachments_dir, max_upload_bytes)
+        self.hub.media = MediaFrames(self.attachments)
 
 
 def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
@@ -83,6 +94,7 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics.endpoint(state)),
+            *attachment_routes(state.attachments),
         ],
         lifespan=lifespan,
     )

@@ -145,6 +145,11 @@ class Hub:
         action = event.get("action")
         if action == "resync":
             # The plugin restarted: events it sequenced may never have been published.
+            log.info(
+                "plugin of tenant %s restarted: resyncing %d devices",
+                event.get("tenant", "?"),
+                len(conns),
+            )
             self._resync_all(conns.values())
         elif action == "close_device":
             for conn in list(conns.values()):
@@ -224,6 +229,7 @@ class Hub:
         for event in body.get("events") or []:
             frame = conn.dialect.encode_event(event)
             events.append((event, encode(frame) if frame is not None else None))
+        metrics.replayed(len(events), done=not body.get("more"))
         if body.get("more"):
             conn.replay_chunk(events)
         elif conn.finish_replay(events):
@@ -231,6 +237,7 @@ class Hub:
 
     def _on_bus_reconnect(self) -> None:
         """The doorbell was down: every device catches up."""
+        log.info("bus subscription back: resyncing %d devices", len(self.conns))
         self._resync_all(self.conns.values())
 
     def _resync_all(self, conns: Iterable[Connection]) -> None:

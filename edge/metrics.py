@@ -65,8 +65,10 @@ def connection_closed(conn: Connection) -> None:
     _frames_out_closed += conn.frames_out
 
 
-def replayed(events: int) -> None:
-    REPLAYS.inc()
+def replayed(events: int, *, done: bool = True) -> None:
+    """One replay chunk delivered; a replay counts once, when its last chunk arrives."""
+    if done:
+        REPLAYS.inc()
     if events:
         REPLAYED_EVENTS.inc(events)
 

@@ -77,6 +77,8 @@ def make_state(settings: GatewaySettings, bus: Any) -> EdgeState:
         settings.edge_id,
         allowed_origins=settings.origin_allowlist,
         send_queue_frames=settings.send_queue_frames,
+        attachments_dir=settings.attachments_dir,
+        max_upload_bytes=settings.max_upload_bytes,
     )
 
 

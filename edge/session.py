@@ -225,6 +225,7 @@ class DeviceSession:
             self.ws.send_text,
             self.ws.close,
             self.send_queue_frames,
+            send_bytes=self.ws.send_bytes,
         )
         if dialect == "iris":
             cursor = hello.get("cursor")
@@ -312,6 +313,10 @@ class DeviceSession:
                     if request_id is not None:
                         local["request_id"] = request_id
                     conn.send_frame(encode(local))
+                    continue
+                if decoded["cmd"].startswith("media.") and self.hub.media is not None:
+                    # Media bytes stay on the edge (shared storage), never on the bus.
+                    await self.hub.media.handle(conn, decoded["cmd"], decoded["args"], request_id)
                     continue
                 if decoded["cmd"] == "sync":
                     conn.begin_replay()

@@ -18,6 +18,7 @@ from canonical.errors import BusUnavailable, SettingsError
 from canonical.protocol import new_id, now_iso
 from canonical.settings import GatewaySettings, require_token
 
+from . import attachments
 from . import hermes_bridge as hb
 from .channel_store import ChannelError
 from .controller import Controller
@@ -43,6 +44,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         self._server: Any = None
         self._server_task: asyncio.Task[None] | None = None
         self._captures: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._locked: tuple[str, str, int, bool] | None = None
 
     @property
     def authorization_is_upstream(self) -> bool:
@@ -59,6 +61,14 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
             self._set_fatal_error("config_invalid", str(exc), retryable=False)
             return False
         home = Path(hb.get_hermes_home())
+        # Two profiles (or two gateways) must never serve the same token or port.
+        held = hb.acquire_locks(
+            token, settings.ws_host, settings.ws_port, embedded=settings.embedded
+        )
+        if held is not None:
+            self._set_fatal_error("lock_held", held, retryable=False)
+            return False
+        self._locked = (token, settings.ws_host, settings.ws_port, settings.embedded)
         data_dir = settings.data_dir or home / hb.PLATFORM
         bus = open_bus(settings.bus_url)
         self.loop = asyncio.get_running_loop()
@@ -106,7 +116,10 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
                 retryable=True,
             )
             return False
-        state = make_state(settings, bus)
+        assert self.controller is not None
+        # The embedded edge writes uploads where this plugin's registry reads them.
+        storage = self.controller.attachments.storage_root
+        state = make_state(settings.model_copy(update={"attachments_dir": storage}), bus)
         self._server = EmbeddedServer(uvicorn_config(build_app(state), settings))
         self._server_task = asyncio.create_task(self._server.serve(), name="hdg-embedded-edge")
         for _ in range(200):
@@ -135,6 +148,9 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         await self._stop_embedded_edge()
         if self.controller is not None:
             await self.controller.stop()
+        if self._locked is not None:
+            hb.release_locks(*self._locked)
+            self._locked = None
         if self in hb.ADAPTERS:
             hb.ADAPTERS.remove(self)
         self._mark_disconnected()
@@ -210,6 +226,156 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if metadata else (chat_id, None)
         if lane is not None:
             self.controller.typing(lane, False)
+
+    # -- deliverables (Hermes' MEDIA: pipeline): stored, announced with attachment.added
+    async def _deliver(
+        self,
+        chat_id: str,
+        path: str | Path,
+        caption: str | None,
+        metadata: dict[str, Any] | None,
+        *,
+        filename: str | None = None,
+        kind: str | None = None,
+        checked: bool = False,
+    ) -> Any:
+        """SendResult for a stored deliverable, or None when it cannot be delivered."""
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return None
+        source = Path(path) if checked else hb.deliverable_path(str(path))
+        if source is None:
+            log.warning("android: refusing to deliver a file Hermes does not allow")
+            return None
+        try:
+            if caption:
+                await self.send(chat_id, caption, metadata=metadata)
+            record = await attachments.deliver(
+                self.controller, lane, source, filename=filename, kind=kind
+            )
+        except (attachments.AttachmentError, OSError) as exc:
+            log.warning("android: deliverable not stored: %s", exc)
+            return None
+        return SendResult(success=True, message_id=record.attachment_id)
+
+    async def send_image_file(
+        self,
+        chat_id: str,
+        image_path: str,
+        caption: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        result = await self._deliver(chat_id, image_path, caption, metadata)
+        if result is None:
+            return await super().send_image_file(
+                chat_id, image_path, caption, reply_to, metadata, **kwargs
+            )
+        return result
+
+    async def send_document(
+        self,
+        chat_id: str,
+        file_path: str,
+        caption: str | None = None,
+        file_name: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        result = await self._deliver(
+            chat_id, file_path, caption, metadata, filename=file_name, kind="document"
+        )
+        if result is None:
+            return await super().send_document(
+                chat_id, file_path, caption, file_name, reply_to, metadata, **kwargs
+            )
+        return result
+
+    async def send_voice(
+        self,
+        chat_id: str,
+        audio_path: str,
+        caption: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        result = await self._deliver(chat_id, audio_path, caption, metadata, kind="voice")
+        if result is None:
+            return await super().send_voice(
+                chat_id, audio_path, caption, reply_to, metadata, **kwargs
+            )
+        return result
+
+    async def send_video(
+        self,
+        chat_id: str,
+        video_path: str,
+        caption: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        result = await self._deliver(chat_id, video_path, caption, metadata, kind="video")
+        if result is None:
+            return await super().send_video(
+                chat_id, video_path, caption, reply_to, metadata, **kwargs
+            )
+        return result
+
+    async def send_image(
+        self,
+        chat_id: str,
+        image_url: str,
+        caption: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        """An image URL: fetched (Hermes' SSRF-checked download) and stored like a file;
+        if that fails, the URL goes out as text (Hermes' default)."""
+        result = None
+        try:
+            fetched = await hb.fetch_image(image_url)
+        except Exception as exc:
+            log.info("android: image URL not fetched (%s); sending it as text", type(exc).__name__)
+        else:
+            name = Path(image_url.split("?", 1)[0]).name or fetched.name
+            result = await self._deliver(
+                chat_id, fetched, caption, metadata, filename=name, kind="image", checked=True
+            )
+        if result is None:
+            return await super().send_image(chat_id, image_url, caption, reply_to, metadata)
+        return result
+
+    async def send_animation(
+        self,
+        chat_id: str,
+        animation_url: str,
+        caption: str | None = None,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        return await self.send_image(chat_id, animation_url, caption, reply_to, metadata)
+
+    async def send_multiple_images(
+        self,
+        chat_id: str,
+        images: list[tuple[str, str]],
+        metadata: dict[str, Any] | None = None,
+        human_delay: float = 0.0,
+    ) -> None:
+        """Each image is its own attachment: ``file://`` paths and URLs alike."""
+        from urllib.parse import unquote
+
+        for image_url, alt_text in images:
+            if image_url.startswith("file://"):
+                await self.send_image_file(
+                    chat_id, unquote(image_url[7:]), alt_text or None, metadata=metadata
+                )
+            else:
+                await self.send_image(chat_id, image_url, alt_text or None, metadata=metadata)
 
     async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
         entry = self.controller.channels.get(chat_id, None) if self.controller else None
@@ -355,6 +521,8 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         user_name: str,
         run_id: str | None,
         chat_name: str,
+        media_urls: list[str] | None = None,
+        media_types: list[str] | None = None,
     ) -> None:
         source = self.build_source(
             chat_id=lane[0],
@@ -371,8 +539,13 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
             source=source,
             message_id=new_id(8),
             metadata={"hdg_run_id": run_id} if run_id else {},
+            media_urls=list(media_urls or []),
+            media_types=list(media_types or []),
         )
         await self.handle_message(event)
+
+    async def stage_media(self, source: Path, filename: str, mime_type: str) -> tuple[str, str]:
+        return await asyncio.to_thread(hb.stage_media_file, source, filename, mime_type)
 
     async def interrupt(self, lane: Lane, *, user_id: str) -> None:
         await self.submit(

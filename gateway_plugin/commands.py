@@ -152,7 +152,7 @@ class CommandHandler:
         if args.get("request_id") is not None:
             ack["request_id"] = args["request_id"]
         if cursor > 0:
-            self.c.outbox.ack(device_id, cursor)
+            self.c.push.on_ack(self.c.outbox.ack(device_id, cursor))
         if fresh:
             await self.c.reply(
                 command, {"before": [ack], "events": [], "head": head, "fresh": True}, kind=REPLAY
@@ -190,11 +190,22 @@ class CommandHandler:
             cursor = int(events[-1]["cursor"])
 
     async def cmd_ack(self, command: Json, args: Json) -> None:
-        self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
+        cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
+        self.c.push.on_ack(cursor)
 
     async def cmd_read_receipt(self, command: Json, args: Json) -> None:
         if args.get("cursor"):
-            self.c.outbox.ack(str(command.get("device_id")), int(args["cursor"]))
+            cursor = self.c.outbox.ack(str(command.get("device_id")), int(args["cursor"]))
+            self.c.push.on_ack(cursor)
+
+    async def cmd_fcm_register(self, command: Json, args: Json) -> None:
+        known = self.c.devices.set_push(str(command.get("device_id")), fcm_token=str(args["token"]))
+        if not known:
+            raise CommandError("not_found", "this device has not said hello")
+        await self.c.reply(
+            command,
+            {"type": "result", "op": "fcm.register", "request_id": command.get("request_id")},
+        )
 
     # -- sending
     def _idem_key(self, command: Json, lane_key: str, text: str) -> str | None:

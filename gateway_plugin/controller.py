@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from canonical.protocol import REPLY, error_body
 from canonical.settings import GatewaySettings
 
 from . import admin
+from .attachments import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
+from .attachments import AttachmentRegistry
 from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
 from .commands import CommandHandler
 from .decisions import DecisionDesk
@@ -28,6 +31,7 @@ from .devices import DeviceRegistry
 from .outbox import Outbox
 from .ports import AgentPort
 from .preferences import Preferences
+from .push import PushScheduler, make_submitter
 from .search import SearchIndex
 from .titles import clean_generated_title
 from .transcript import Transcript
@@ -65,12 +69,21 @@ class Controller:
         self.outbox = Outbox(data_dir / "outbox.db")
         self.channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
         self.devices = DeviceRegistry(data_dir / "devices.db")
+        self.attachments = AttachmentRegistry(
+            data_dir / "attachments.db",
+            settings.attachments_dir or data_dir / "attachments",
+            tenant,
+            retention_days=settings.attachment_retention_days,
+            max_bytes=settings.max_upload_bytes,
+        )
         self.transcript = Transcript(state_db)
         self.search = SearchIndex(state_db)
         self.turns = TurnTracker()
         self.commands = CommandHandler(self)
         self.desk = DecisionDesk(self)
         self.prefs = Preferences(self)
+        self.push = PushScheduler(self, None)
+        self._close_push: Callable[[], Awaitable[None]] | None = None
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
@@ -84,16 +97,22 @@ class Controller:
     async def start(self) -> None:
         self.channels.ensure_default()
         self.prefs.restore_yolo()
+        self.push.submit, self._close_push = await make_submitter(self.settings)
         await self.bus.register_tenant(self.tenant, self.token)
         self.running = True
         # Events the previous process sequenced may never have been published: every
-        # connected device catches up from its cursor.
-        self.publish([{"type": "_control", "action": "resync"}])
+        # connected device catches up from its cursor. Awaited here, before connect()
+        # returns, so it can never hit a device that connects to this new process.
+        await self.bus.publish(
+            self.tenant,
+            _DUMPS({"type": "_control", "action": "resync", "tenant": self.tenant}).encode(),
+        )
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
             asyncio.create_task(self._consumer(), name="hdg-consumer"),
             asyncio.create_task(self._retention(), name="hdg-retention"),
+            asyncio.create_task(self._attachment_retention(), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
@@ -102,6 +121,14 @@ class Controller:
         while True:
             self.trim_outbox()
             await asyncio.sleep(RETENTION_PERIOD_S)
+
+    async def _attachment_retention(self) -> None:
+        while True:
+            try:
+                await asyncio.to_thread(self.attachments.cleanup)
+            except Exception:
+                log.exception("attachment cleanup failed; retrying in an hour")
+            await asyncio.sleep(ATTACHMENT_CLEANUP_S)
 
     def trim_outbox(self, now: float | None = None) -> int:
         cutoff = (now or time.time()) - self.settings.outbox_retention_hours * 3600
@@ -113,6 +140,9 @@ class Controller:
     async def stop(self) -> None:
         self.running = False
         admin.detach(self)
+        await self.push.close()
+        if self._close_push is not None:
+            await self._close_push()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -125,6 +155,7 @@ class Controller:
         self.channels.close()
         self.search.close()
         self.devices.close()
+        self.attachments.close()
 
     async def _heartbeat(self) -> None:
         # Short period: after a Redis restart devices cannot authenticate until this runs.
@@ -145,6 +176,7 @@ class Controller:
         return sequenced
 
     def publish(self, sequenced: list[Json]) -> None:
+        self.push.on_published(sequenced)
         for event in sequenced:
             cursor = event.get("cursor")
             if isinstance(cursor, int) and cursor > self._seen_head:

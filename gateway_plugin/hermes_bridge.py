@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import logging
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from gateway.platforms.base import (
 )
 from gateway.session_context import get_session_env
 from hermes_constants import VALID_REASONING_EFFORTS, get_hermes_home
+from pydantic import SecretStr
 
 from canonical.errors import SettingsError
 from canonical.settings import GatewaySettings, load_settings, require_token
@@ -69,7 +71,11 @@ def settings_from(config: PlatformConfig | None) -> GatewaySettings:
     extra = dict(getattr(config, "extra", None) or {})
     if config is not None and getattr(config, "token", None) and "token" not in extra:
         extra["token"] = config.token
-    return load_settings(extra)
+    settings = load_settings(extra)
+    scoped = profile_secret("ANDROID_TOKEN")
+    if scoped and settings.token_value() != scoped:
+        settings = settings.model_copy(update={"token": SecretStr(scoped)})
+    return settings
 
 
 def _token_configured(config: PlatformConfig | None = None) -> bool:
@@ -115,6 +121,49 @@ def env_enablement() -> dict[str, Any]:
         if os.environ.get(env):
             seed[key] = os.environ[env]
     return seed
+
+
+def profile_secret(name: str) -> str | None:
+    """A secret the profile-scoped way: this Hermes home's `.env` first, then the process
+    environment. Multiplexed profiles share a process but not a home, so one profile's
+    ANDROID_TOKEN never serves another."""
+    from dotenv import dotenv_values
+
+    env_file = Path(get_hermes_home()) / ".env"
+    if env_file.exists():
+        value = dotenv_values(env_file).get(name)
+        if value:
+            return str(value)
+    return os.environ.get(name) or None
+
+
+def acquire_locks(token: str, host: str, port: int, *, embedded: bool) -> str | None:
+    """Hermes' machine-wide scoped locks on our identity (the token) and, in embedded mode,
+    the listening address. None when acquired, else why not."""
+    from gateway.status import acquire_scoped_lock, release_scoped_lock
+
+    scopes = [("android-token", token)] + (
+        [("android-listen", f"{host}:{port}")] if embedded else []
+    )
+    taken: list[tuple[str, str]] = []
+    for scope, identity in scopes:
+        ok, existing = acquire_scoped_lock(scope, identity, {"platform": PLATFORM})
+        if not ok:
+            for done_scope, done_identity in taken:
+                release_scoped_lock(done_scope, done_identity)
+            pid = (existing or {}).get("pid")
+            what = "this pairing token" if scope == "android-token" else f"{host}:{port}"
+            return f"another Hermes gateway (pid {pid}) already serves {what}; use another profile token or port"
+        taken.append((scope, identity))
+    return None
+
+
+def release_locks(token: str, host: str, port: int, embedded: bool) -> None:
+    from gateway.status import release_scoped_lock
+
+    release_scoped_lock("android-token", token)
+    if embedded:
+        release_scoped_lock("android-listen", f"{host}:{port}")
 
 
 def tenant_for(settings: GatewaySettings, home: Path) -> str:
@@ -367,3 +416,56 @@ def register_platform(ctx: Any) -> None:
 
 def running_loop() -> asyncio.AbstractEventLoop:
     return asyncio.get_running_loop()
+
+
+# -- media: Hermes' cache for inbound files, its checks for outbound ones
+def stage_media_file(source: Path, filename: str, mime_type: str) -> tuple[str, str]:
+    """Copy an attachment into Hermes' media cache, named as its ``cache_*_from_bytes``
+    helpers name files, so every agent backend (a Docker sandbox mounts the cache) can
+    open it. Streams the copy (never the whole file in memory); blocking, so run it in a
+    thread. Returns (host path, MIME type) for ``MessageEvent.media_urls``/``media_types``.
+    """
+    import shutil
+    import uuid
+
+    from gateway.platforms.base import (
+        get_audio_cache_dir,
+        get_document_cache_dir,
+        get_image_cache_dir,
+        get_video_cache_dir,
+    )
+
+    ext = Path(filename).suffix.lower()
+    if not re.fullmatch(r"\.[a-z0-9]{1,8}", ext):
+        ext = ""
+    token = uuid.uuid4().hex[:12]
+    if mime_type.startswith("image/"):
+        target = get_image_cache_dir() / f"img_{token}{ext or '.jpg'}"
+    elif mime_type.startswith("audio/"):
+        target = get_audio_cache_dir() / f"audio_{token}{ext or '.ogg'}"
+    elif mime_type.startswith("video/"):
+        target = get_video_cache_dir() / f"video_{token}{ext or '.mp4'}"
+    else:
+        safe = re.sub(r"[^\w.\- ]", "_", Path(filename).name).strip() or "document"
+        target = get_document_cache_dir() / f"doc_{token}_{safe}"
+    shutil.copyfile(source, target)
+    return str(target), mime_type
+
+
+def deliverable_path(path: str) -> Path | None:
+    """Hermes' own check for a file the agent asks to deliver (exists, regular, not a
+    credential or system path); the resolved path, or None."""
+    from gateway.platforms.base import validate_media_delivery_path
+
+    safe = validate_media_delivery_path(path)
+    return Path(safe) if safe else None
+
+
+async def fetch_image(url: str) -> Path:
+    """Download an image URL into Hermes' image cache with its SSRF protection."""
+    from gateway.platforms.base import cache_image_from_url
+
+    ext = Path(url.split("?", 1)[0]).suffix.lower()
+    if ext not in (".png", ".jpg", ".jpeg", ".gif", ".webp"):
+        ext = ".jpg"
+    return Path(await cache_image_from_url(url, ext=ext))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 Lane = tuple[str, str | None]
@@ -20,8 +21,15 @@ class AgentPort(Protocol):
         user_name: str,
         run_id: str | None,
         chat_name: str,
+        media_urls: list[str] | None = None,
+        media_types: list[str] | None = None,
     ) -> None:
-        """Hand one user message to Hermes' pipeline (`handle_message`)."""
+        """Hand one user message to Hermes' pipeline (`handle_message`), with local media
+        paths (staged by `stage_media`) and their MIME types."""
+
+    async def stage_media(self, source: Path, filename: str, mime_type: str) -> tuple[str, str]:
+        """Copy an attachment where the agent can open it (Hermes' media cache);
+        (path, MIME type) for `submit`."""
 
     async def interrupt(self, lane: Lane, *, user_id: str) -> None:
         """Interrupt the lane's running agent the supported way (/stop)."""

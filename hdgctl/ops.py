@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from pydantic import AliasChoices
+
 from canonical.client import DeviceClient
 from canonical.settings import GatewaySettings, load_settings
 from gateway_plugin.admin import load_admin_token
@@ -57,8 +59,20 @@ def home_settings(home: Path) -> GatewaySettings:
         .get("extra")
         or {}
     )
-    extra.update(homes.read_env(home))
+    extra.update(_as_fields(homes.read_env(home)))  # later keys win over config.yaml's
     return load_settings(extra)
+
+
+def _as_fields(dotenv: dict[str, str]) -> dict[str, str]:
+    """`.env` variables (ANDROID_TOKEN …) under the settings' field names."""
+    by_env: dict[str, str] = {}
+    for name, field in GatewaySettings.model_fields.items():
+        alias = field.validation_alias
+        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+        for choice in choices:
+            if isinstance(choice, str) and choice.isupper():
+                by_env[choice] = name
+    return {by_env[key]: value for key, value in dotenv.items() if key in by_env}
 
 
 def _tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:

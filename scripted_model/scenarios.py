@@ -249,6 +249,7 @@ SCENARIO_MARKERS: tuple[tuple[str, str], ...] = (
     ("[clarify]", "clarify"),
     ("[reasoning]", "reasoning"),
     ("[tool]", "tool"),
+    ("[media]", "media"),
 )
 
 
@@ -258,6 +259,40 @@ def scenario_for(text: str) -> str:
         if marker in lowered:
             return name
     return "default"
+
+
+MEDIA_PNG_SIDE = 4
+
+
+def media_png_bytes(side: int = MEDIA_PNG_SIDE) -> bytes:
+    """A valid side x side RGB PNG (red), built without an imaging library."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * side for _ in range(side))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def write_media_png() -> str:
+    """Write a small PNG into a temp dir; its absolute path (for a ``MEDIA:`` tag)."""
+    import tempfile
+    from pathlib import Path
+
+    directory = Path(tempfile.gettempdir()) / "hdg-scripted-media"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"chart-{secrets.token_hex(6)}.png"
+    path.write_bytes(media_png_bytes())
+    return str(path)
 
 
 def _title_reply(messages: Sequence[Mapping[str, Any]]) -> Reply:
@@ -374,6 +409,10 @@ def plan_reply(body: Mapping[str, Any]) -> Reply:
             phase,
             f"The dangerous command was handled. Result: {_short(last_tool_text, 160)}",
         )
+    if scenario == "media":
+        # The one scenario with a side effect: the agent "produced" a file, delivered
+        # through Hermes' MEDIA: pipeline (extract_media → the adapter's send_* methods).
+        return _text(scenario, phase, f"Here it is MEDIA:{write_media_png()}")
     if scenario == "clarify":
         if phase == 0:
             call = ToolCall(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from canonical import attachments
 from canonical.bus import token_digest
 from canonical.protocol import now_iso
 
@@ -29,13 +30,54 @@ def _message_send(f: Json) -> Json:
         raise FrameRejected(
             "bad_request", "auto_thread must be a JSON boolean", f.get("request_id")
         )
-    return {
+    args = {
         **_lane(f),
         "text": fields.text(f),
         "client_id": fields.req_str(f, "client_id", max_len=128),
         "auto_thread": auto,
         "reply_to": fields.opt_str(f, "reply_to", max_len=64),
     }
+    if f.get("media_refs") is not None:
+        # Attachment ids (media.uploaded's media_ref), claimed like pheby's attachment_ids.
+        args["media_refs"] = fields.str_list(f, "media_refs", max_items=attachments.MAX_PER_MESSAGE)
+    return args
+
+
+def _hex_id(f: Json, key: str, *, required: bool = True) -> str | None:
+    value = f.get(key)
+    if value is None and not required:
+        return None
+    if not attachments.valid_id(value):
+        raise FrameRejected("bad_request", f"{key} must be a 32-hex id", f.get("request_id"))
+    return str(value)
+
+
+def _media_upload_start(f: Json) -> Json:
+    size = f.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise FrameRejected("bad_request", "size must be a positive integer", f.get("request_id"))
+    sha256 = f.get("sha256")
+    if not isinstance(sha256, str) or not attachments.SHA256_RE.match(sha256.lower()):
+        raise FrameRejected("bad_request", "sha256 must be 64 hex digits", f.get("request_id"))
+    return {
+        **_lane(f),
+        "upload_id": _hex_id(f, "upload_id", required=False),
+        "filename": fields.opt_str(f, "filename", max_len=1024),
+        "mime": fields.opt_str(f, "mime", max_len=255),
+        "size": size,
+        "sha256": sha256.lower(),
+    }
+
+
+def _media_upload_chunk(f: Json) -> Json:
+    data = f.get("data")
+    if not isinstance(data, str) or len(data) > (attachments.CHUNK_MAX_BYTES + 2) // 3 * 4:
+        raise FrameRejected(
+            "bad_request",
+            f"data must be base64 of at most {attachments.CHUNK_MAX_BYTES} bytes",
+            f.get("request_id"),
+        )
+    return {"upload_id": _hex_id(f, "upload_id"), "offset": _cursor(f, "offset"), "data": data}
 
 
 def _cursor(f: Json, key: str = "cursor") -> int:
@@ -118,6 +160,10 @@ _DECODERS: dict[str, Any] = {
         "value": fields.req_str(f, "value", max_len=2000),
     },
     "fcm.register": lambda f: {"token": fields.req_str(f, "token", max_len=4096)},
+    # Media frames are handled on the edge (edge/media.py, docs/protocol/media.md).
+    "media.upload.start": _media_upload_start,
+    "media.upload.chunk": _media_upload_chunk,
+    "media.pull": lambda f: {"media_id": _hex_id(f, "media_id"), "offset": _cursor(f, "offset")},
     # Admin frames (docs/operations.md): only the admin token's digest goes on the bus.
     "admin.devices.list": lambda f: _admin(f),
     "admin.devices.revoke": lambda f: _admin(
@@ -173,7 +219,12 @@ class IrisDialect:
             reply = event.get("reply", event["text"])
             if not reply:
                 return None  # only commentary so far: nothing of the reply to show
-            return {"type": "message.update", **base, "message_id": event["message_id"], "text": reply}
+            return {
+                "type": "message.update",
+                **base,
+                "message_id": event["message_id"],
+                "text": reply,
+            }
         if kind == "message.complete":
             out = {
                 "type": "message",
@@ -213,6 +264,22 @@ class IrisDialect:
                 "chat_id": lane[0],
                 "thread_id": lane[1],
                 "on": event.get("on", True),
+            }
+        if kind == "attachment.added":
+            attachment = event["attachment"]
+            return {
+                "type": "media.offer",
+                **base,
+                "media_id": attachment["attachment_id"],
+                "mime": attachment["mime_type"],
+                "size": attachment["size"],
+                "filename": attachment["filename"],
+                "kind": attachment["kind"],
+                "inline_image": attachment["inline_image"],
+                "direction": attachment["direction"],
+                "message_id": attachment["message_id"],
+                "expires_at": attachment["expires_at"],
+                "ts": event.get("ts"),
             }
         if kind in _PICKER_NAMES:
             # Approvals and clarifications are pickers in this dialect.

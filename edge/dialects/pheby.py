@@ -241,7 +241,14 @@ class PhebyDialect:
             # Pheby has no pickers: show Hermes' prompt as a notice; typed slash commands
             # (/approve, /cancel, /model <name>) answer it.
             text = event.get("message") or event.get("title") or "Choose an option"
-            return {"type": "message.complete", "conversation_id": cid, "message_id": f"picker-{event.get('picker_id')}", "text": text, "ts": event.get("ts"), "kind": "notice"}
+            return {
+                "type": "message.complete",
+                "conversation_id": cid,
+                "message_id": f"picker-{event.get('picker_id')}",
+                "text": text,
+                "ts": event.get("ts"),
+                "kind": "notice",
+            }
         if kind.startswith(("attachment.", "conversation.")):
             return _pick(
                 event,

@@ -30,42 +30,90 @@ async def _op(client: DeviceClient, frame: Json) -> Json:
     return await client.request(frame)
 
 
-async def test_hello_ack_carries_the_default_channel_and_changes_reach_every_device(deployment: Deployment) -> None:
+async def test_hello_ack_carries_the_default_channel_and_changes_reach_every_device(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
     tablet = await deployment.iris("tablet")
     ack = phone.frames[0]
     default = ack["channels"][0]
-    assert default["chat_id"] == "android:default" and default["kind"] == "default" and default["is_default"] and default["name"] == "Default"
-    created = await _op(phone, {"type": "channel.create", "name": "Cron Reports", "kind": "channel"})
+    assert (
+        default["chat_id"] == "android:default"
+        and default["kind"] == "default"
+        and default["is_default"]
+        and default["name"] == "Default"
+    )
+    created = await _op(
+        phone, {"type": "channel.create", "name": "Cron Reports", "kind": "channel"}
+    )
     entry = created["entry"]
-    assert created["type"] == "result" and re.fullmatch(r"android:chan_\d+", entry["chat_id"]) and entry["kind"] == "channel"
+    assert (
+        created["type"] == "result"
+        and re.fullmatch(r"android:chan_\d+", entry["chat_id"])
+        and entry["kind"] == "channel"
+    )
     seen = await tablet.wait_type("channel.created")
     assert seen["entry"]["chat_id"] == entry["chat_id"]
-    renamed = await _op(phone, {"type": "channel.rename", "chat_id": entry["chat_id"], "name": "Reports"})
+    renamed = await _op(
+        phone, {"type": "channel.rename", "chat_id": entry["chat_id"], "name": "Reports"}
+    )
     assert renamed["entry"]["name"] == "Reports"
     full = await tablet.wait_type("channel.renamed")
-    assert full["entry"]["name"] == "Reports" and set(full["entry"]) >= {"chat_id", "name", "kind", "automation", "archived", "is_default", "created"}
+    assert full["entry"]["name"] == "Reports" and set(full["entry"]) >= {
+        "chat_id",
+        "name",
+        "kind",
+        "automation",
+        "archived",
+        "is_default",
+        "created",
+    }
 
 
-async def test_channel_operations_refuse_bad_input_with_clear_errors(deployment: Deployment) -> None:
+async def test_channel_operations_refuse_bad_input_with_clear_errors(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
     for frame, code in (
         ({"type": "channel.rename", "chat_id": "android:nope", "name": "x"}, "not_found"),
         ({"type": "channel.rename", "chat_id": "android:default", "name": "   "}, "bad_request"),
         ({"type": "channel.create", "name": "x" * 101, "kind": "channel"}, "bad_request"),
         ({"type": "channel.create", "name": "", "kind": "channel"}, "bad_request"),
-        ({"type": "channel.set_automation", "chat_id": "android:default", "on": True}, "unsupported"),
+        (
+            {"type": "channel.set_automation", "chat_id": "android:default", "on": True},
+            "unsupported",
+        ),
         ({"type": "channel.delete", "chat_id": "android:default"}, "unsupported"),
-        ({"type": "channel.create", "name": "t", "kind": "thread", "parent_chat_id": "android:nope"}, "not_found"),
+        (
+            {
+                "type": "channel.create",
+                "name": "t",
+                "kind": "thread",
+                "parent_chat_id": "android:nope",
+            },
+            "not_found",
+        ),
     ):
         reply = await _op(phone, frame)
         assert reply["type"] == "error" and reply["error"]["code"] == code, (frame, reply)
-    channel = (await _op(phone, {"type": "channel.create", "name": "Side", "kind": "channel"}))["entry"]
-    thread_elsewhere = await _op(phone, {"type": "channel.create", "name": "t", "kind": "thread", "parent_chat_id": channel["chat_id"]})
+    channel = (await _op(phone, {"type": "channel.create", "name": "Side", "kind": "channel"}))[
+        "entry"
+    ]
+    thread_elsewhere = await _op(
+        phone,
+        {
+            "type": "channel.create",
+            "name": "t",
+            "kind": "thread",
+            "parent_chat_id": channel["chat_id"],
+        },
+    )
     assert thread_elsewhere["error"]["code"] == "unsupported"
     deleted = await _op(phone, {"type": "channel.delete", "chat_id": channel["chat_id"]})
     assert deleted["entry"]["archived"] is True
-    archived = await _op(phone, {"type": "channel.rename", "chat_id": channel["chat_id"], "name": "Back"})
+    archived = await _op(
+        phone, {"type": "channel.rename", "chat_id": channel["chat_id"], "name": "Back"}
+    )
     assert archived["error"]["code"] == "archived"
     send = await iris_send(phone, channel["chat_id"], "hello archived")
     assert send["type"] == "error" and send["error"]["code"] == "archived"
@@ -73,55 +121,109 @@ async def test_channel_operations_refuse_bad_input_with_clear_errors(deployment:
 
 async def test_set_default_moves_the_flag(deployment: Deployment) -> None:
     phone = await deployment.iris("phone")
-    channel = (await _op(phone, {"type": "channel.create", "name": "Main", "kind": "channel"}))["entry"]
+    channel = (await _op(phone, {"type": "channel.create", "name": "Main", "kind": "channel"}))[
+        "entry"
+    ]
     moved = await _op(phone, {"type": "channel.set_default", "chat_id": channel["chat_id"]})
     assert moved["entry"]["is_default"] is True
     listed = await _op(phone, {"type": "channel.list"})
     assert [c["chat_id"] for c in listed["channels"] if c["is_default"]] == [channel["chat_id"]]
 
 
-async def test_threads_are_separate_hermes_sessions_and_deleting_one_keeps_the_flat_lane(deployment: Deployment) -> None:
+async def test_threads_are_separate_hermes_sessions_and_deleting_one_keeps_the_flat_lane(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
-    thread = (await _op(phone, {"type": "channel.create", "name": "Topic", "kind": "thread", "parent_chat_id": "android:default"}))["entry"]
-    assert thread["kind"] == "thread" and thread["parent_chat_id"] == "android:default" and re.fullmatch(r"t_\d+", thread["thread_id"])
-    in_thread = await iris_send(phone, "android:default", "thread secret is kiwi", thread_id=thread["thread_id"])
+    thread = (
+        await _op(
+            phone,
+            {
+                "type": "channel.create",
+                "name": "Topic",
+                "kind": "thread",
+                "parent_chat_id": "android:default",
+            },
+        )
+    )["entry"]
+    assert (
+        thread["kind"] == "thread"
+        and thread["parent_chat_id"] == "android:default"
+        and re.fullmatch(r"t_\d+", thread["thread_id"])
+    )
+    in_thread = await iris_send(
+        phone, "android:default", "thread secret is kiwi", thread_id=thread["thread_id"]
+    )
     await frames_of_run(phone, in_thread["run_id"])
     flat = await iris_send(phone, "android:default", "flat lane question")
     await frames_of_run(phone, flat["run_id"])
     db = sqlite3.connect(f"file:{deployment.home.path / 'state.db'}?mode=ro", uri=True)
     try:
-        keys = {row[0] for row in db.execute("SELECT session_key FROM sessions WHERE source = 'android'")}
+        keys = {
+            row[0]
+            for row in db.execute("SELECT session_key FROM sessions WHERE source = 'android'")
+        }
     finally:
         db.close()
     assert f"agent:main:android:dm:android:default:{thread['thread_id']}" in keys
     assert "agent:main:android:dm:android:default" in keys
-    renamed = await _op(phone, {"type": "channel.rename", "chat_id": "android:default", "thread_id": thread["thread_id"], "name": "Kiwi"})
+    renamed = await _op(
+        phone,
+        {
+            "type": "channel.rename",
+            "chat_id": "android:default",
+            "thread_id": thread["thread_id"],
+            "name": "Kiwi",
+        },
+    )
     assert renamed["entry"]["name"] == "Kiwi"
-    deleted = await _op(phone, {"type": "channel.delete", "chat_id": "android:default", "thread_id": thread["thread_id"]})
+    deleted = await _op(
+        phone,
+        {"type": "channel.delete", "chat_id": "android:default", "thread_id": thread["thread_id"]},
+    )
     assert deleted["entry"]["archived"] is True
     still = await iris_send(phone, "android:default", "still here")
     assert still["type"] == "message.ack" and still["thread_id"] is None
 
 
-async def test_auto_threading_names_the_thread_at_once_then_with_the_models_title(deployment: Deployment) -> None:
+async def test_auto_threading_names_the_thread_at_once_then_with_the_models_title(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
     tablet = await deployment.iris("tablet")
-    ack = await iris_send(phone, "android:default", "Plan the garden party for Saturday please", auto_thread=True)
+    ack = await iris_send(
+        phone, "android:default", "Plan the garden party for Saturday please", auto_thread=True
+    )
     created = await phone.wait_type("channel.created")
     entry = created["entry"]
-    assert created["auto"] is True and entry["kind"] == "thread" and entry["name"].startswith("Plan the garden party")
+    assert (
+        created["auto"] is True
+        and entry["kind"] == "thread"
+        and entry["name"].startswith("Plan the garden party")
+    )
     assert ack["thread_id"] == entry["thread_id"]
     frames = await frames_of_run(phone, ack["run_id"])
     assert all(f["thread_id"] == entry["thread_id"] for f in frames)
-    renamed = await tablet.wait_for(lambda f: f.get("type") == "channel.renamed" and f["entry"].get("thread_id") == entry["thread_id"], 60)
-    assert renamed["entry"]["name"].startswith("Scripted Title For") and renamed["entry"]["name_source"] == "llm"
+    renamed = await tablet.wait_for(
+        lambda f: (
+            f.get("type") == "channel.renamed" and f["entry"].get("thread_id") == entry["thread_id"]
+        ),
+        60,
+    )
+    assert (
+        renamed["entry"]["name"].startswith("Scripted Title For")
+        and renamed["entry"]["name_source"] == "llm"
+    )
     slash = await iris_send(phone, "android:default", "/help", auto_thread=True)
     assert slash["thread_id"] is None
 
 
-async def test_a_failed_title_call_keeps_the_derived_name_and_a_user_rename_wins(deployment: Deployment) -> None:
+async def test_a_failed_title_call_keeps_the_derived_name_and_a_user_rename_wins(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
-    ack = await iris_send(phone, "android:default", "[title-fail] Budget review notes", auto_thread=True)
+    ack = await iris_send(
+        phone, "android:default", "[title-fail] Budget review notes", auto_thread=True
+    )
     entry = (await phone.wait_type("channel.created"))["entry"]
     await frames_of_run(phone, ack["run_id"])
     await asyncio.sleep(8)
@@ -129,18 +231,41 @@ async def test_a_failed_title_call_keeps_the_derived_name_and_a_user_rename_wins
     current = next(c for c in listed["channels"] if c.get("thread_id") == entry["thread_id"])
     assert current["name"] == entry["name"] and current["name_source"] == "derived"
     ack2 = await iris_send(phone, "android:default", "Trip to Lisbon itinerary", auto_thread=True)
-    entry2 = (await phone.wait_for(lambda f: f.get("type") == "channel.created" and f["entry"]["thread_id"] != entry["thread_id"]))["entry"]
-    await _op(phone, {"type": "channel.rename", "chat_id": "android:default", "thread_id": entry2["thread_id"], "name": "My trip"})
+    entry2 = (
+        await phone.wait_for(
+            lambda f: (
+                f.get("type") == "channel.created" and f["entry"]["thread_id"] != entry["thread_id"]
+            )
+        )
+    )["entry"]
+    await _op(
+        phone,
+        {
+            "type": "channel.rename",
+            "chat_id": "android:default",
+            "thread_id": entry2["thread_id"],
+            "name": "My trip",
+        },
+    )
     await frames_of_run(phone, ack2["run_id"])
     await asyncio.sleep(3)
     listed = await _op(phone, {"type": "channel.list"})
-    assert next(c for c in listed["channels"] if c.get("thread_id") == entry2["thread_id"])["name"] == "My trip"
+    assert (
+        next(c for c in listed["channels"] if c.get("thread_id") == entry2["thread_id"])["name"]
+        == "My trip"
+    )
 
 
-async def test_automation_channels_are_read_only_and_nothing_reaches_hermes(deployment: Deployment, scripted_model: Any) -> None:
+async def test_automation_channels_are_read_only_and_nothing_reaches_hermes(
+    deployment: Deployment, scripted_model: Any
+) -> None:
     phone = await deployment.iris("phone")
-    channel = (await _op(phone, {"type": "channel.create", "name": "Alerts", "kind": "channel"}))["entry"]
-    flagged = await _op(phone, {"type": "channel.set_automation", "chat_id": channel["chat_id"], "on": True})
+    channel = (await _op(phone, {"type": "channel.create", "name": "Alerts", "kind": "channel"}))[
+        "entry"
+    ]
+    flagged = await _op(
+        phone, {"type": "channel.set_automation", "chat_id": channel["chat_id"], "on": True}
+    )
     assert flagged["entry"]["automation"] is True
     scripted_model.clear_log()
     refused = await iris_send(phone, channel["chat_id"], "can I write here?")
@@ -150,8 +275,21 @@ async def test_automation_channels_are_read_only_and_nothing_reaches_hermes(depl
 
 
 def _hermes(deployment: Deployment, *args: str) -> subprocess.CompletedProcess[str]:
-    env = scrubbed_environ({**deployment.home.process_env(), "ANDROID_TOKEN": deployment.token, "HERMES_ACCEPT_HOOKS": "1"})
-    return subprocess.run([str(VENV_BIN / "hermes"), *args], env=env, capture_output=True, text=True, timeout=120, check=False)
+    env = scrubbed_environ(
+        {
+            **deployment.home.process_env(),
+            "ANDROID_TOKEN": deployment.token,
+            "HERMES_ACCEPT_HOOKS": "1",
+        }
+    )
+    return subprocess.run(
+        [str(VENV_BIN / "hermes"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _job_id(deployment: Deployment, name: str) -> str:
@@ -160,12 +298,36 @@ def _job_id(deployment: Deployment, name: str) -> str:
     return str(next(j["id"] for j in listed if j.get("name") == name))
 
 
-async def test_cron_delivers_by_target_and_by_name_and_is_marked_as_cron(deployment: Deployment) -> None:
+async def test_cron_delivers_by_target_and_by_name_and_is_marked_as_cron(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
-    channel = (await _op(phone, {"type": "channel.create", "name": "Cron Reports", "kind": "channel"}))["entry"]
-    created = _hermes(deployment, "cron", "create", "--name", "nightly", "--deliver", f"android:{channel['chat_id']}", "every 2h", "say the nightly report")
+    channel = (
+        await _op(phone, {"type": "channel.create", "name": "Cron Reports", "kind": "channel"})
+    )["entry"]
+    created = _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "nightly",
+        "--deliver",
+        f"android:{channel['chat_id']}",
+        "every 2h",
+        "say the nightly report",
+    )
     assert created.returncode == 0, created.stderr
-    by_name = _hermes(deployment, "cron", "create", "--name", "named", "--deliver", "android:Cron Reports", "every 2h", "say the named report")
+    by_name = _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "named",
+        "--deliver",
+        "android:Cron Reports",
+        "every 2h",
+        "say the named report",
+    )
     assert by_name.returncode == 0, by_name.stderr
     listed = await _op(phone, {"type": "channel.list"})
     badges = next(c for c in listed["channels"] if c["chat_id"] == channel["chat_id"])["cron_jobs"]
@@ -174,36 +336,83 @@ async def test_cron_delivers_by_target_and_by_name_and_is_marked_as_cron(deploym
         start = len(phone.frames)
         ran = _hermes(deployment, "cron", "run", _job_id(deployment, name))
         assert "Traceback" not in ran.stderr, ran.stderr
-        message = await phone.wait_for(lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start)
+        message = await phone.wait_for(
+            lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start
+        )
         assert message["chat_id"] == channel["chat_id"] and message["cron_job"]["name"] == name
 
 
 async def test_cron_to_a_thread_and_to_an_unknown_target(deployment: Deployment) -> None:
     phone = await deployment.iris("phone")
-    thread = (await _op(phone, {"type": "channel.create", "name": "Daily", "kind": "thread", "parent_chat_id": "android:default"}))["entry"]
-    _hermes(deployment, "cron", "create", "--name", "threaded", "--deliver", f"android:android:default:{thread['thread_id']}", "every 2h", "thread report")
+    thread = (
+        await _op(
+            phone,
+            {
+                "type": "channel.create",
+                "name": "Daily",
+                "kind": "thread",
+                "parent_chat_id": "android:default",
+            },
+        )
+    )["entry"]
+    _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "threaded",
+        "--deliver",
+        f"android:android:default:{thread['thread_id']}",
+        "every 2h",
+        "thread report",
+    )
     start = len(phone.frames)
     _hermes(deployment, "cron", "run", _job_id(deployment, "threaded"))
-    message = await phone.wait_for(lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start)
+    message = await phone.wait_for(
+        lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start
+    )
     assert message["chat_id"] == "android:default" and message["thread_id"] == thread["thread_id"]
-    _hermes(deployment, "cron", "create", "--name", "lost", "--deliver", "android:android:chan_999", "every 2h", "nowhere")
+    _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "lost",
+        "--deliver",
+        "android:android:chan_999",
+        "every 2h",
+        "nowhere",
+    )
     start = len(phone.frames)
     _hermes(deployment, "cron", "run", _job_id(deployment, "lost"))
     await asyncio.sleep(2)
     assert not any(f.get("kind") == "cron" for f in phone.frames[start:])
 
 
-async def test_search_finds_messages_everywhere_or_in_one_chat_and_never_errors_on_odd_input(deployment: Deployment) -> None:
+async def test_search_finds_messages_everywhere_or_in_one_chat_and_never_errors_on_odd_input(
+    deployment: Deployment,
+) -> None:
     phone = await deployment.iris("phone")
-    channel = (await _op(phone, {"type": "channel.create", "name": "Garden", "kind": "channel"}))["entry"]
-    for chat_id, text in (("android:default", "the zucchini harvest is big"), (channel["chat_id"], "zucchini bread recipe"), (channel["chat_id"], "你好世界 greetings")):
+    channel = (await _op(phone, {"type": "channel.create", "name": "Garden", "kind": "channel"}))[
+        "entry"
+    ]
+    for chat_id, text in (
+        ("android:default", "the zucchini harvest is big"),
+        (channel["chat_id"], "zucchini bread recipe"),
+        (channel["chat_id"], "你好世界 greetings"),
+    ):
         ack = await iris_send(phone, chat_id, text)
         await frames_of_run(phone, ack["run_id"])
     everywhere = await _op(phone, {"type": "search", "query": "zucchini", "scope": "all"})
-    assert everywhere["type"] == "search.results" and {h["chat_id"] for h in everywhere["hits"]} >= {"android:default", channel["chat_id"]}
+    assert everywhere["type"] == "search.results" and {
+        h["chat_id"] for h in everywhere["hits"]
+    } >= {"android:default", channel["chat_id"]}
     hit = everywhere["hits"][0]
     assert set(hit) >= {"message_id", "chat_id", "thread_id", "role", "snippet", "ts"}
-    one_chat = await _op(phone, {"type": "search", "query": "zucchini", "scope": "chat", "chat_id": channel["chat_id"]})
+    one_chat = await _op(
+        phone,
+        {"type": "search", "query": "zucchini", "scope": "chat", "chat_id": channel["chat_id"]},
+    )
     assert {h["chat_id"] for h in one_chat["hits"]} == {channel["chat_id"]}
     users = await _op(phone, {"type": "search", "query": "role:user zucchini"})
     assert {h["role"] for h in users["hits"]} == {"user"}
@@ -221,8 +430,20 @@ async def test_search_finds_messages_everywhere_or_in_one_chat_and_never_errors_
 
 async def test_the_in_gateway_scheduler_delivers_to_a_channel_live(deployment: Deployment) -> None:
     phone = await deployment.iris("phone")
-    channel = (await _op(phone, {"type": "channel.create", "name": "Scheduled", "kind": "channel"}))["entry"]
-    _hermes(deployment, "cron", "create", "--name", "due", "--deliver", f"android:{channel['chat_id']}", "every 2h", "the scheduled report")
+    channel = (
+        await _op(phone, {"type": "channel.create", "name": "Scheduled", "kind": "channel"})
+    )["entry"]
+    _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "due",
+        "--deliver",
+        f"android:{channel['chat_id']}",
+        "every 2h",
+        "the scheduled report",
+    )
     jobs_file = deployment.home.path / "cron" / "jobs.json"
     data = json.loads(jobs_file.read_text(encoding="utf-8"))
     jobs = data["jobs"] if isinstance(data, dict) else data
@@ -231,7 +452,11 @@ async def test_the_in_gateway_scheduler_delivers_to_a_channel_live(deployment: D
             job["next_run_at"] = "2020-01-01T00:00:00+00:00"
     jobs_file.write_text(json.dumps(data), encoding="utf-8")
     # The gateway's scheduler ticks once at start-up, then every 60 s.
-    deployment.gateway.restart(lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected")
+    deployment.gateway.restart(
+        lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected"
+    )
     back = await deployment.iris("phone", cursor=phone.last_cursor)
-    message = await back.wait_for(lambda f: f.get("type") == "message" and f.get("kind") == "cron", 90)
+    message = await back.wait_for(
+        lambda f: f.get("type") == "message" and f.get("kind") == "cron", 90
+    )
     assert message["chat_id"] == channel["chat_id"] and message["cron_job"]["name"] == "due"

@@ -107,7 +107,7 @@ async def test_a_gateway_restart_between_send_and_reply_finishes_the_run_once(
         lambda: (deployment.gateway.platform_state("android") or {}).get("state") == "connected"
     )
     finished = await phone.wait_type("run.finished", timeout=120, run_id=ack["run_id"])
-    assert finished["status"] in ("completed", "failed")
+    assert finished["status"] in ("completed", "failed", "cancelled")
     await asyncio.sleep(0.5)
     _assert_clean(
         check_delivery(

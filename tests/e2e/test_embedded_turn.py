@@ -38,7 +38,9 @@ async def test_a_pheby_client_gets_a_streamed_reply_to_a_tool_prompt_in_spec_ord
     assert {f["conversation_id"] for f in frames} == {conversation_id}
     tools = [f for f in frames if f["type"] == "tool.event"]
     assert [t["status"] for t in tools] == ["running", "completed"]
-    assert tools[0]["tool_name"] == "terminal" and tools[0]["args_redacted"] == {"command": "echo hello-from-tool"}
+    assert tools[0]["tool_name"] == "terminal" and tools[0]["args_redacted"] == {
+        "command": "echo hello-from-tool"
+    }
     assert tools[0]["tool_call_id"] == tools[1]["tool_call_id"] and tools[1]["duration_ms"] >= 0
     assert all(t["run_id"] == frames[0]["run_id"] for t in tools)
     await deployment.close_clients()
@@ -58,7 +60,10 @@ async def test_an_iris_client_gets_its_echo_and_a_streamed_reply_in_its_lane(
     assert cursors == sorted(cursors) and len(set(cursors)) == len(cursors), (
         "cursors strictly increase"
     )
-    assert [f["type"] for f in frames if f["type"].startswith("tool.")] == ["tool.start", "tool.end"]
+    assert [f["type"] for f in frames if f["type"].startswith("tool.")] == [
+        "tool.start",
+        "tool.end",
+    ]
     final = next(f for f in frames if f["type"] == "message")
     assert final["role"] == "assistant" and "hello-from-tool" in final["text"]
     echo = await client.wait_for(lambda f: f.get("type") == "message" and f.get("role") == "user")

@@ -24,7 +24,11 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 @pytest.fixture
 def deployment(embedded: Callable[..., Deployment]) -> Deployment:
     # Short approval timeout so Hermes' own fail-closed expiry is observable.
-    return embedded(home_options={"config_overrides": {"approvals": {"timeout": 4, "destructive_slash_confirm": False}}})
+    return embedded(
+        home_options={
+            "config_overrides": {"approvals": {"timeout": 4, "destructive_slash_confirm": False}}
+        }
+    )
 
 
 async def test_handshake_ready_carries_version_server_and_a_utc_timestamp(

@@ -1,0 +1,205 @@
+"""When to push: a "go look" signal that is right every time.
+
+A completed reply, an approval request, a clarification and a cron delivery are pushed
+only if no device acknowledged the event (iris `ack`/`read.receipt`, or a later hello
+cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. An ack during the
+delay cancels the push. Payloads carry no message content unless `ANDROID_PUSH_PREVIEW`
+is on. The send itself is an idempotent worker job (arq in scaled mode, the same job
+function in-process in embedded mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from canonical.errors import BusUnavailable
+
+if TYPE_CHECKING:
+    from .controller import Controller
+    from .devices import Device
+
+log = logging.getLogger("hdg.plugin.push")
+
+Json = dict[str, Any]
+Submit = Callable[[Json], Awaitable[None]]
+
+PREVIEW_CHARS = 120
+_TITLES = {
+    "reply": "New reply",
+    "cron": "Scheduled delivery",
+    "approval": "Approval needed",
+    "clarify": "Question for you",
+}
+
+
+def push_kind(event: Json) -> str | None:
+    """Which push an event deserves (None: no push)."""
+    kind = event.get("type")
+    if kind == "message.complete" and event.get("role") == "assistant":
+        return {"reply": "reply", "cron": "cron"}.get(str(event.get("kind")))
+    if kind == "approval.request":
+        return "approval"
+    if kind == "clarify.request":
+        return "clarify"
+    return None
+
+
+@dataclass(frozen=True)
+class Target:
+    device_id: str
+    backend: str
+    address: str
+
+
+def targets(
+    devices: Iterable[Device],
+    acks: dict[str, int],
+    cursor: int,
+    backend: str,
+    shared_topic: str | None,
+) -> list[Target]:
+    """Devices to wake for the event at `cursor`: none once any device has it."""
+    live = [d for d in devices if not d.revoked]
+    if any(acks.get(d.device_id, 0) >= cursor for d in live):
+        return []
+    out: list[Target] = []
+    seen: set[str] = set()
+    for device in live:
+        if backend == "fcm":
+            address = device.fcm_token
+        elif backend == "ntfy":
+            address = device.ntfy_topic or shared_topic
+        else:
+            address = None
+        if address and address not in seen:
+            seen.add(address)
+            out.append(Target(device.device_id, backend, address))
+    return out
+
+
+def notification(tenant: str, target: Target, event: Json, kind: str, *, preview: bool) -> Json:
+    lane = event.get("lane") or [None, None]
+    body: Json = {
+        "idempotency_key": f"{tenant}:{target.device_id}:{event['cursor']}",
+        "tenant": tenant,
+        "device_id": target.device_id,
+        "backend": target.backend,
+        "token_or_topic": target.address,
+        "kind": kind,
+        "chat_id": lane[0],
+        "thread_id": lane[1],
+        "cursor": str(event["cursor"]),
+        "title": _TITLES[kind],
+    }
+    if preview:
+        text = str(
+            event.get("reply")
+            or event.get("text")
+            or event.get("question")
+            or event.get("command")
+            or ""
+        )
+        body["preview"] = text[:PREVIEW_CHARS] or None
+    return body
+
+
+class PushScheduler:
+    def __init__(self, controller: Controller, submit: Submit | None) -> None:
+        self.c = controller
+        self.submit = submit
+        self.pending: dict[int, asyncio.Task[None]] = {}
+
+    def on_published(self, events: list[Json]) -> None:
+        if self.submit is None or self.c.settings.push_backend == "none":
+            return
+        for event in events:
+            kind = push_kind(event)
+            cursor = event.get("cursor")
+            if kind is None or not isinstance(cursor, int) or cursor in self.pending:
+                continue
+            task = asyncio.get_running_loop().create_task(self._after_delay(event, kind, cursor))
+            self.pending[cursor] = task
+            task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        for cursor, pending in list(self.pending.items()):
+            if pending is task:
+                del self.pending[cursor]
+
+    def on_ack(self, cursor: int) -> None:
+        """A device has everything up to `cursor`: nothing up to it needs a push."""
+        for pending_cursor, task in list(self.pending.items()):
+            if pending_cursor <= cursor:
+                task.cancel()
+
+    async def _after_delay(self, event: Json, kind: str, cursor: int) -> None:
+        try:
+            online = await self.c.bus.presence(self.c.tenant)
+        except BusUnavailable:
+            online = {}
+        await asyncio.sleep(self.c.settings.push_delay_s if online else 0.0)
+        chosen = targets(
+            self.c.devices.list(include_revoked=False),
+            self.c.outbox.acks(),
+            cursor,
+            self.c.settings.push_backend,
+            self.c.settings.ntfy_topic,
+        )
+        for target in chosen:
+            assert self.submit is not None
+            try:
+                await self.submit(
+                    notification(
+                        self.c.tenant, target, event, kind, preview=self.c.settings.push_preview
+                    )
+                )
+            except Exception:
+                log.exception("could not queue a push for device %s", target.device_id)
+
+    async def close(self) -> None:
+        for task in list(self.pending.values()):
+            task.cancel()
+        self.pending.clear()
+
+
+async def make_submitter(settings: Any) -> tuple[Submit | None, Callable[[], Awaitable[None]]]:
+    """The job queue for push: arq on Redis (scaled) or the in-process runner (embedded)."""
+    if settings.push_backend == "none":
+        return None, _nothing
+    if settings.embedded:
+        from workers.config import load_config
+        from workers.inprocess import InProcessRunner
+
+        try:
+            runner = InProcessRunner(load_config(bus_url="memory://"), periodic_retention=False)
+        except Exception as exc:
+            log.warning("push disabled: %s", exc)
+            return None, _nothing
+        await runner.start()
+
+        async def submit_local(body: Json) -> None:
+            runner.submit_push(body)
+
+        return submit_local, runner.close
+    from arq import create_pool
+    from arq.connections import RedisSettings
+
+    from workers.jobs import enqueue_push
+
+    pool = await create_pool(RedisSettings.from_dsn(settings.bus_url))
+
+    async def submit_arq(body: Json) -> None:
+        await enqueue_push(pool, body)
+
+    async def close_pool() -> None:
+        await pool.aclose()
+
+    return submit_arq, close_pool
+
+
+async def _nothing() -> None:
+    return None

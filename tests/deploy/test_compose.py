@@ -1,0 +1,168 @@
+"""The deployment files: compose.yaml against the Compose Specification schema, plus the
+structure the scaled topology depends on; the Caddyfile; the systemd units; the runbook.
+
+No Docker engine runs here: `tests/deploy/compose-spec.json` is the schema from
+compose-spec/compose-spec (schema/compose-spec.json, commit 00655e2222608fa6eaecdf12ac5195889ca2244a).
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = Path(__file__).with_name("compose-spec.json")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    assert isinstance(data, dict)
+    return data
+
+
+def service(compose: dict[str, Any], name: str) -> dict[str, Any]:
+    return dict(compose["services"][name])
+
+
+def test_compose_yaml_is_valid_against_the_compose_specification(compose: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(compose), key=lambda e: list(e.path)
+    )
+    assert not errors, "\n".join(f"{list(e.path)}: {e.message}" for e in errors)
+
+
+def test_the_schema_rejects_a_broken_file(compose: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    broken = json.loads(json.dumps(compose))
+    broken["services"]["edge"]["depends_on"]["redis"]["condition"] = "whenever"
+    with pytest.raises(jsonschema.ValidationError):
+        # The schema's $schema URL is https://json-schema.org/draft-07/schema: name the draft.
+        jsonschema.validate(broken, schema, cls=jsonschema.Draft7Validator)
+
+
+def test_the_topology_has_redis_gateway_edges_worker_and_a_proxy(
+    compose: dict[str, Any],
+) -> None:
+    assert set(compose["services"]) == {"redis", "gateway", "edge", "worker", "caddy"}
+    assert service(compose, "redis")["image"].startswith("redis:7")
+    assert service(compose, "gateway")["command"] == ["hermes", "gateway", "run"]
+    assert service(compose, "edge")["command"] == ["python", "-m", "edge"]
+    assert service(compose, "worker")["command"] == ["arq", "workers.settings.WorkerSettings"]
+    assert service(compose, "caddy")["image"].startswith("caddy:2")
+
+
+def test_edges_run_two_replicas_without_host_ports(compose: dict[str, Any]) -> None:
+    edge = service(compose, "edge")
+    assert edge["deploy"]["replicas"] == 2
+    assert "ports" not in edge
+    assert edge["expose"] == ["8790"]
+    assert edge["environment"]["ANDROID_WS_HOST"] == "0.0.0.0"
+    published = [name for name, svc in compose["services"].items() if "ports" in svc]
+    assert published == ["caddy"], "only the proxy publishes host ports"
+
+
+def test_every_service_has_a_health_check_and_a_stop_grace_period(
+    compose: dict[str, Any],
+) -> None:
+    for name, svc in compose["services"].items():
+        assert svc.get("healthcheck", {}).get("test"), f"{name} has no health check"
+        assert re.fullmatch(r"\d+[smh]", svc.get("stop_grace_period", "")), name
+    assert service(compose, "redis")["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    assert service(compose, "worker")["healthcheck"]["test"] == [
+        "CMD",
+        "arq",
+        "--check",
+        "workers.settings.WorkerSettings",
+    ]
+    assert "/readyz" in " ".join(service(compose, "edge")["healthcheck"]["test"])
+    assert "gateway_state.json" in " ".join(service(compose, "gateway")["healthcheck"]["test"])
+
+
+def test_services_start_only_after_what_they_need_is_healthy(compose: dict[str, Any]) -> None:
+    needs = {"gateway": {"redis"}, "edge": {"redis"}, "worker": {"redis"}, "caddy": {"edge"}}
+    for name, wanted in needs.items():
+        depends = service(compose, name)["depends_on"]
+        assert set(depends) == wanted
+        assert all(d["condition"] == "service_healthy" for d in depends.values())
+
+
+def test_every_process_shares_the_one_redis_bus(compose: dict[str, Any]) -> None:
+    for name in ("gateway", "edge", "worker"):
+        assert service(compose, name)["environment"]["ANDROID_BUS_URL"] == "redis://redis:6379/0"
+
+
+def test_the_gateway_keeps_its_home_and_shares_attachments_with_workers(
+    compose: dict[str, Any],
+) -> None:
+    gateway = service(compose, "gateway")
+    assert "hermes-home:/data/hermes" in gateway["volumes"]
+    assert gateway["environment"]["HERMES_HOME"] == "/data/hermes"
+    assert "attachments:/data/attachments" in gateway["volumes"]
+    assert "attachments:/data/attachments" in service(compose, "worker")["volumes"]
+    assert {"hermes-home", "attachments"} <= set(compose["volumes"])
+
+
+def test_workers_get_twice_the_job_completion_wait_to_stop(compose: dict[str, Any]) -> None:
+    worker = service(compose, "worker")
+    wait = int(worker["environment"]["HDG_JOB_COMPLETION_WAIT"])
+    assert int(worker["stop_grace_period"].rstrip("s")) >= 2 * wait
+
+
+def test_the_caddyfile_proxies_websockets_to_health_checked_edges() -> None:
+    text = (ROOT / "deploy" / "Caddyfile").read_text(encoding="utf-8")
+    assert re.search(r"reverse_proxy \{\$HDG_UPSTREAMS:edge:8790\} \{", text)
+    assert "health_uri /healthz" in text
+    assert re.search(r"@internal path /metrics /readyz\s+respond @internal 404", text)
+    assert text.count("{") == text.count("}"), "balanced blocks"
+
+
+def _unit(name: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string((ROOT / "deploy" / "systemd" / name).read_text(encoding="utf-8"))
+    return parser
+
+
+def test_the_edge_unit_is_a_template_whose_instance_is_the_port() -> None:
+    unit = _unit("hdg-edge@.service")
+    service_section = unit["Service"]
+    assert service_section["ExecStart"].endswith("python -m edge")
+    assert "Environment=ANDROID_WS_PORT=%i" in (
+        ROOT / "deploy/systemd/hdg-edge@.service"
+    ).read_text(encoding="utf-8")
+    assert service_section["KillSignal"] == "SIGTERM"
+    assert int(service_section["TimeoutStopSec"]) >= 5
+    assert unit["Install"]["WantedBy"] == "hdg.target"
+
+
+def test_the_worker_unit_runs_arq_and_waits_for_running_jobs() -> None:
+    unit = _unit("hdg-worker@.service")
+    assert unit["Service"]["ExecStart"].endswith("arq workers.settings.WorkerSettings")
+    assert int(unit["Service"]["TimeoutStopSec"]) >= 60
+
+
+def test_the_runbook_names_the_files_to_back_up_and_the_metrics_to_watch() -> None:
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for needed in (
+        "android/outbox.db",
+        "android/channels.db",
+        "android/devices.db",
+        "state.db",
+        "hdg_edge_connections",
+        "hdg_plugin_outbox_head",
+        "hdg_push_results_total",
+        "hello refused source=",
+        "bind_failed",
+        "ANDROID_ADMIN_TOKEN",
+    ):
+        assert needed in text, needed

@@ -1,0 +1,81 @@
+"""`hdgctl setup` (non-interactive) and `hdgctl pair`: the home it writes, the code it shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hdgctl.__main__ import main
+from hdgctl.pairing import Pairing, parse_pairing
+from tests.hdgctl.qrdecode import decode_png, decode_terminal
+
+
+def _env(home: Path) -> dict[str, str]:
+    lines = (home / ".env").read_text(encoding="utf-8").splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line)
+
+
+def _extra(home: Path) -> dict[str, object]:
+    config = yaml.safe_load((home / "config.yaml").read_text(encoding="utf-8"))
+    assert config["plugins"]["enabled"] == ["android-platform"]
+    return dict(config["gateway"]["platforms"]["android"]["extra"])
+
+
+def test_setup_with_flags_writes_the_home_and_prints_a_scannable_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "operator-chosen-token-" + "x" * 20
+    code = main(
+        ["setup", "--home", str(tmp_path), "--token", token, "--host", "0.0.0.0", "--port", "8811"]
+        + ["--public-host", "hermes.lan", "--push", "ntfy", "--ntfy-topic", "hermes-topic-1"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert _env(tmp_path) == {"ANDROID_TOKEN": token, "NTFY_TOPIC": "hermes-topic-1"}
+    extra = _extra(tmp_path)
+    assert (extra["host"], extra["port"], extra["push_backend"]) == ("0.0.0.0", 8811, "ntfy")
+    uri = next(line for line in out.splitlines() if line.startswith("Pairing URI:")).split()[-1]
+    assert decode_terminal(out) == uri
+    assert parse_pairing(uri) == Pairing(host="hermes.lan", port=8811, token=token)
+
+
+def test_setup_run_again_keeps_the_token_and_earlier_answers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["setup", "--home", str(tmp_path), "--port", "8812", "--no-qr"]) == 0
+    first = _env(tmp_path)["ANDROID_TOKEN"]
+    assert main(["setup", "--home", str(tmp_path), "--push", "none", "--no-qr"]) == 0
+    assert _env(tmp_path)["ANDROID_TOKEN"] == first
+    assert _extra(tmp_path)["port"] == 8812
+    assert "Token: kept" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--token", "too-short"], "at least 32 characters"),
+        (["--push", "fcm"], "service-account key"),
+        (["--port", "0"], "between 1 and 65535"),
+    ],
+)
+def test_setup_refuses_unusable_answers_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    assert main(["setup", "--home", str(tmp_path), "--no-qr", *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / ".env").exists()
+
+
+def test_pair_saves_a_png_that_decodes_to_the_printed_uri(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    main(["setup", "--home", str(tmp_path), "--no-qr"])
+    capsys.readouterr()
+    png = tmp_path / "pair.png"
+    assert main(["pair", "--home", str(tmp_path), "--png", str(png), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    uri = next(line for line in out.splitlines() if line.startswith("pairing URI:")).split()[-1]
+    assert decode_png(png) == uri
+    assert parse_pairing(uri).token == _env(tmp_path)["ANDROID_TOKEN"]
