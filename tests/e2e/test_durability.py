@@ -219,3 +219,51 @@ async def test_a_retry_after_a_gateway_restart_returns_the_original_run(
     )
     retry = await _send(phone, "[tool] remember me", "c-restart-retry")
     assert retry["run_id"] == first["run_id"]
+
+
+async def test_while_redis_is_down_requests_get_unavailable_and_the_socket_stays_open(
+    scaled: Callable[..., Deployment], redis_factory: Callable[..., RedisServer]
+) -> None:
+    redis = redis_factory()
+    deployment = scaled(edges=1, redis=redis)
+    phone = await deployment.iris("phone")
+    redis.kill9()
+    await asyncio.sleep(0.5)
+    start = len(phone.frames)
+    await phone.send(
+        {
+            "type": "message.send",
+            "chat_id": "android:default",
+            "text": "are you there?",
+            "client_id": "c-outage",
+        }
+    )
+    refused = await phone.wait_type("error", start=start, timeout=15)
+    assert refused["error"]["code"] == "unavailable"
+    assert phone.closed_code is None
+    pong = await phone.request({"type": "ping"})
+    assert pong["type"] == "pong"
+    redis.restart()
+    for _ in range(100):  # the plugin re-registers its tenant within a few seconds
+        start = len(phone.frames)
+        await phone.send(
+            {
+                "type": "message.send",
+                "chat_id": "android:default",
+                "text": "are you there?",
+                "client_id": "c-outage",
+            }
+        )
+        answer = await phone.wait_for(
+            lambda f: (
+                f.get("client_id") == "c-outage" and f.get("type") in ("message.ack", "error")
+            ),
+            15,
+            start,
+        )
+        if answer["type"] == "message.ack":
+            break
+        await asyncio.sleep(0.2)
+    assert answer["type"] == "message.ack"
+    await phone.wait_type("run.finished", timeout=60, run_id=answer["run_id"])
+    assert phone.closed_code is None
