@@ -171,6 +171,12 @@ class GatewaySettings(BaseSettings):
         validation_alias="ANDROID_PUSH_PREVIEW",
         json_schema_extra={"extra_keys": ["push_preview"]},
     )
+    ws_ping_s: float = Field(
+        default=20.0,
+        gt=0,
+        validation_alias="ANDROID_WS_PING_S",
+        json_schema_extra={"extra_keys": ["ws_ping_s"]},
+    )
     send_queue_frames: int = Field(
         default=1024,
         ge=16,

@@ -28,8 +28,8 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
         # Larger than our 2 MiB frame limit so an oversize frame gets a `too_large`
         # error and the connection stays usable; beyond this uvicorn closes with 1009.
         "ws_max_size": 8 * MAX_FRAME_BYTES,
-        "ws_ping_interval": 20.0,
-        "ws_ping_timeout": 20.0,
+        "ws_ping_interval": settings.ws_ping_s,
+        "ws_ping_timeout": settings.ws_ping_s,
         "ws_per_message_deflate": False,
         "log_level": "warning",
         "access_log": False,
