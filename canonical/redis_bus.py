@@ -278,6 +278,17 @@ class RedisBus(Bus):
         except _DOWN as exc:
             raise BusUnavailable(str(exc)) from exc
 
+    async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
+        """Several events of one tenant in one round trip, in order (a pipeline)."""
+        channel = event_channel(tenant)
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for payload in payloads:
+                    pipe.publish(channel, payload)
+                await pipe.execute()
+        except _DOWN as exc:
+            raise BusUnavailable(str(exc)) from exc
+
     async def reply(self, edge_id: str, payload: bytes) -> None:
         try:
             await self.client.publish(edge_channel(edge_id), payload)

@@ -221,6 +221,10 @@ class Connection:
     def queued(self) -> int:
         return self._live
 
+    @property
+    def max_frames(self) -> int:
+        return self._max
+
     async def _write_loop(self) -> None:
         loop = asyncio.get_running_loop()
         try:

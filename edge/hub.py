@@ -33,6 +33,8 @@ Json = dict[str, Any]
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 PRESENCE_TTL_S = 60.0
+REPLAY_PACE_S = 0.01
+REPLAY_PACE_TRIES = 6000  # a minute for a device to take a chunk before we send anyway
 PRESENCE_REFRESH_S = 20.0
 REQUEST_TIMEOUT_S = 15.0
 
@@ -232,6 +234,7 @@ class Hub:
         metrics.replayed(len(events), done=not body.get("more"))
         if body.get("more"):
             conn.replay_chunk(events)
+            asyncio.get_running_loop().create_task(self._next_chunk(conn))
         elif conn.finish_replay(events):
             asyncio.get_running_loop().create_task(self._resync(conn))
 
@@ -250,6 +253,15 @@ class Hub:
                 # Even a connection already replaying: its replay may have been lost.
                 conn.begin_replay()
                 asyncio.get_running_loop().create_task(self._resync(conn))
+
+    async def _next_chunk(self, conn: Connection) -> None:
+        """Pull the next replay chunk once this device has taken most of the last one."""
+        for _ in range(REPLAY_PACE_TRIES):
+            if conn.closed or conn.queued <= conn.max_frames // 4:
+                break
+            await asyncio.sleep(REPLAY_PACE_S)
+        if not conn.closed:
+            await self._resync(conn)
 
     async def _resync(self, conn: Connection) -> None:
         command = {

@@ -33,7 +33,7 @@ log = logging.getLogger("hdg.plugin.commands")
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
 
-REPLAY_CHUNK = 2000
+REPLAY_CHUNK = 500
 SERVER_CAPS = ["streaming", "channels", "threads", "auto_thread", "search", "sync", "cursor_ack"]
 
 
@@ -177,17 +177,14 @@ class CommandHandler:
         await self._replay(command, cursor, before)
 
     async def _replay(self, command: Json, cursor: int, before: list[Json], **extra: Any) -> None:
-        """Everything after `cursor`, in chunks (a long absence never builds one huge frame)."""
-        while True:
-            events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
-            more = len(events) == REPLAY_CHUNK
-            await self.c.reply(
-                command, {"before": before, "events": events, "more": more, **extra}, kind=REPLAY
-            )
-            if not more:
-                return
-            before = []
-            cursor = int(events[-1]["cursor"])
+        """The first chunk of everything after `cursor`. With `more`, the edge asks for the
+        next chunk (an internal sync) once the device's send queue has drained: a long
+        absence is paced by the device's own speed and never overflows its queue."""
+        events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
+        more = len(events) == REPLAY_CHUNK
+        await self.c.reply(
+            command, {"before": before, "events": events, "more": more, **extra}, kind=REPLAY
+        )
 
     async def cmd_ack(self, command: Json, args: Json) -> None:
         cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))

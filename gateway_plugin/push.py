@@ -170,6 +170,9 @@ async def make_submitter(settings: Any) -> tuple[Submit | None, Callable[[], Awa
     """The job queue for push: arq on Redis (scaled) or the in-process runner (embedded)."""
     if settings.push_backend == "none":
         return None, _nothing
+    if settings.push_backend == "fcm" and settings.fcm_service_account is None:
+        log.info("push is off: set ANDROID_FCM_SERVICE_ACCOUNT (FCM) or ANDROID_PUSH_BACKEND=ntfy")
+        return None, _nothing
     if settings.embedded:
         from workers.config import load_config
         from workers.inprocess import InProcessRunner

@@ -1,0 +1,377 @@
+"""Connections benchmark: idle devices per edge process, memory per connection, and the
+connection set-up rate including the ``hello`` auth.
+
+    .venv/bin/python bench/connections.py [--levels 1000,5000,10000] [--concurrency 200]
+                                          [--no-raw] [--quick]
+
+One ``python -m edge`` (CPU 0) on a private redis-server (CPU 0); the plugin side is a real
+``Controller`` with the stand-in AgentPort (CPU 1), so an iris ``hello`` is answered by the
+plugin exactly as in production (token → tenant, hello command on the stream, device
+record, ``hello.ack`` as a direct reply). Devices are lean raw WebSocket clients in one
+process (CPU 1). Levels are reached cumulatively (1,000, then 4,000 more, ...): the set-up
+rate of each batch is devices / (first connect → last ``hello.ack``); memory per connection
+is the edge's RSS delta / devices. A pheby hello (answered by the edge alone) and the raw
+``websockets`` server's memory per idle connection are measured the same way for scale.
+
+Writes bench/results/connections.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import (
+    CPU_CLIENT,
+    CPU_SERVER,
+    LOOPBACK,
+    PYTHON,
+    REPO,
+    Child,
+    CpuMeter,
+    Edge,
+    Json,
+    Redis,
+    bounded_gather,
+    free_port,
+    lean_connect,
+    machine,
+    now_stamp,
+    raise_nofile,
+    rss_bytes,
+    run_loop,
+    serve_stdio,
+    spawn,
+    summary_ms,
+    uses_uvloop,
+    wait_port,
+    write_result,
+)
+
+PROFILE = False
+
+# =========================================================================== client role
+
+
+class Fleet:
+    def __init__(self) -> None:
+        self.protos: list[Any] = []
+        self.acked: dict[int, asyncio.Future[None]] = {}
+
+    def on_text(self, proto: Any, payload: bytes, now: int) -> None:
+        fut = self.acked.get(proto.tag)
+        if fut is None or fut.done():
+            return
+        if b"hello.ack" in payload or b'"ready"' in payload:
+            fut.set_result(None)
+        elif b"error" in payload:
+            fut.set_exception(ConnectionError(payload[:200].decode(errors="replace")))
+
+    async def connect(
+        self, url: str, n: int, dialect: str, token: str, concurrency: int, timeout: float
+    ) -> Json:
+        loop = asyncio.get_running_loop()
+        base = len(self.protos)
+        setup_us: list[float] = []
+
+        async def one(d: int) -> None:
+            self.acked[d] = loop.create_future()
+            t0 = time.monotonic_ns()
+            proto = await lean_connect(url, self.on_text, tag=d)
+            self.protos.append(proto)
+            if dialect == "iris":
+                hello = {
+                    "type": "hello",
+                    "token": token,
+                    "device_id": f"idle{d:05d}",
+                    "device_name": "bench",
+                    "caps": ["streaming"],
+                    "version": 1,
+                }
+            elif dialect == "pheby":
+                hello = {"type": "hello", "secret": token, "protocol_version": 1}
+            else:
+                hello = {"room": "t0"}
+            proto.send_text(json.dumps(hello))
+            await asyncio.wait_for(self.acked[d], 30)
+            setup_us.append((time.monotonic_ns() - t0) / 1000)
+            del self.acked[d]
+
+        t0 = time.monotonic()
+        results = await bounded_gather(
+            [lambda d=d: one(d) for d in range(base, base + n)], concurrency, t0 + timeout
+        )
+        elapsed = time.monotonic() - t0
+        errors = [repr(r) for r in results if isinstance(r, BaseException)]
+        return {
+            "connected": n - len(errors),
+            "errors": len(errors),
+            "first_errors": errors[:3],
+            "elapsed_s": round(elapsed, 3),
+            "per_s": round((n - len(errors)) / elapsed, 1),
+            "setup_latency": summary_ms(setup_us),
+            "open": sum(1 for p in self.protos if not p.closed.done()),
+        }
+
+    async def count(self) -> Json:
+        return {"open": sum(1 for p in self.protos if not p.closed.done())}
+
+    async def close(self) -> Json:
+        for proto in self.protos:
+            proto.close()
+        await asyncio.sleep(1.0)
+        self.protos = []
+        return {"ok": True}
+
+
+async def client_main() -> None:
+    raise_nofile()
+    fleet = Fleet()
+    await serve_stdio({"connect": fleet.connect, "count": fleet.count, "close": fleet.close})
+
+
+async def plugin_main(redis_url: str) -> None:
+    import tempfile
+
+    from bench.common import start_controllers, tenant_token
+
+    pair = tenant_token(0, "conn")
+    controllers = await start_controllers(redis_url, [pair], Path(tempfile.mkdtemp()))
+
+    async def info() -> Json:
+        return {"token": pair[1]}
+
+    try:
+        await serve_stdio({"info": info})
+    finally:
+        for controller in controllers:
+            await controller.stop()
+
+
+# =========================================================================== orchestration
+
+
+async def settle_rss(pid: int, seconds: float = 2.0) -> int:
+    await asyncio.sleep(seconds)
+    return rss_bytes(pid)
+
+
+async def measure_levels(
+    label: str,
+    server_pid: int,
+    url: str,
+    dialect: str,
+    token: str,
+    levels: list[int],
+    concurrency: int,
+    extra_pids: dict[str, list[int]],
+) -> Json:
+    client = await Child("client", [PYTHON, __file__, "client"], cpu=CPU_CLIENT).start()
+    out: Json = {"label": label, "dialect": dialect, "levels": []}
+    try:
+        # Warm up (imports, first allocations), then the baseline.
+        await client.call(
+            "connect", url=url, n=20, dialect=dialect, token=token, concurrency=20, timeout=30
+        )
+        await client.call("close")
+        base_rss = await settle_rss(server_pid)
+        out["baseline_rss_mib"] = round(base_rss / 2**20, 1)
+        have = 0
+        for level in levels:
+            spy = None
+            if PROFILE and label == "iris":
+                spy = await asyncio.create_subprocess_exec(
+                    *[
+                        str(Path(sys.executable).parent / "py-spy"),
+                        "record",
+                        "--pid",
+                        str(server_pid),
+                        "--duration",
+                        "4",
+                        "--rate",
+                        "250",
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "--output",
+                        str(REPO / f"bench/results/profile-connections-{level}.txt"),
+                    ],
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL,
+                )
+            meter = CpuMeter({"server": [server_pid], "client": [client.pid], **extra_pids})
+            meter.start()
+            got = await client.call(
+                "connect",
+                rpc_timeout=400,
+                url=url,
+                n=level - have,
+                dialect=dialect,
+                token=token,
+                concurrency=concurrency,
+                timeout=300,
+            )
+            cpu = meter.stop()
+            if spy is not None:
+                await asyncio.wait_for(spy.wait(), 60)
+            have += got["connected"]
+            rss = await settle_rss(server_pid)
+            idle = CpuMeter({"server": [server_pid], **extra_pids})
+            idle.start()
+            await asyncio.sleep(3.0)
+            idle_cpu = idle.stop()
+            still = await client.call("count")
+            row = {
+                "devices": have,
+                "batch": level - (have - got["connected"]),
+                "batch_connected": got["connected"],
+                "batch_errors": got["errors"],
+                "first_errors": got["first_errors"],
+                "setup_per_s": got["per_s"],
+                "setup_latency": got["setup_latency"],
+                "setup_cpu": cpu,
+                "server_cpu_us_per_setup": round(
+                    cpu["server_cpu_s"] / max(1, got["connected"]) * 1e6, 1
+                ),
+                "rss_mib": round(rss / 2**20, 1),
+                "kib_per_connection": round((rss - base_rss) / max(1, have) / 1024, 2),
+                "idle_cpu_3s": idle_cpu,
+                "open_after_3s": still["open"],
+            }
+            out["levels"].append(row)
+            print(
+                f"{label:10} {have:>6} devices: {got['per_s']:>7}/s setup "
+                f"(p99 {got['setup_latency'].get('p99_ms')} ms, errors {got['errors']}), "
+                f"{row['kib_per_connection']} KiB/conn, rss {row['rss_mib']} MiB, "
+                f"open {still['open']}",
+                flush=True,
+            )
+            if got["connected"] < level - (have - got["connected"]) or still["open"] < have:
+                break
+    finally:
+        await client.call("close", rpc_timeout=60)
+        await client.stop()
+    return out
+
+
+async def orchestrate(options: argparse.Namespace) -> None:
+    raise_nofile()
+    levels = [int(x) for x in options.levels.split(",")]
+    started = time.monotonic()
+    runs: list[Json] = []
+    redis = Redis().start()
+    try:
+        edge = Edge(redis.url).wait()
+        plugin = await Child(
+            "plugin", [PYTHON, __file__, "plugin", "--redis", redis.url], cpu=CPU_CLIENT
+        ).start()
+        try:
+            token = (await plugin.call("info", rpc_timeout=120))["token"]
+            extra = {"redis": [redis.pid], "plugin": [plugin.pid]}
+            runs.append(
+                await measure_levels(
+                    "iris", edge.pid, edge.ws_url, "iris", token, levels, options.concurrency, extra
+                )
+            )
+            runs[-1]["uvloop"] = uses_uvloop(edge.pid)
+            if options.pheby:
+                edge.stop()
+                edge = Edge(redis.url).wait()
+                runs.append(
+                    await measure_levels(
+                        "pheby",
+                        edge.pid,
+                        edge.ws_url,
+                        "pheby",
+                        token,
+                        levels[:1] + levels[-1:] if len(levels) > 1 else levels,
+                        options.concurrency,
+                        {"redis": [redis.pid]},
+                    )
+                )
+        finally:
+            await plugin.stop()
+            edge.stop()
+    finally:
+        redis.stop()
+    if options.raw:
+        port = free_port()
+        proc = spawn(
+            f"raw-{port}",
+            [PYTHON, str(REPO / "bench/peers/raw_ws.py"), "--port", str(port)],
+            cpu=CPU_SERVER,
+        )
+        try:
+            wait_port(port, proc)
+            runs.append(
+                await measure_levels(
+                    "raw",
+                    proc.pid,
+                    f"ws://{LOOPBACK}:{port}/",
+                    "raw",
+                    "",
+                    levels,
+                    options.concurrency,
+                    {},
+                )
+            )
+        finally:
+            proc.stop()
+    data = {
+        "benchmark": "connections",
+        "when": now_stamp(),
+        "machine": machine(),
+        "method": {
+            "levels": levels,
+            "concurrency": options.concurrency,
+            "setup": "TCP connect + WebSocket upgrade + hello → hello.ack (iris: answered by "
+            "the plugin's Controller; pheby: 'ready' from the edge; raw: the peer's ack)",
+            "memory": "(edge RSS after the level, 2 s settle) − (RSS after a 20-device warm-up "
+            "closed) / devices",
+            "plugin": "real Controller with a stand-in AgentPort (bench.common.BenchAgent)",
+            "placement": f"edge + redis on CPU {CPU_SERVER}; plugin + clients on CPU {CPU_CLIENT}",
+        },
+        "runs": runs,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    path = write_result(options.name, data)
+    print(f"wrote {path} in {data['wall_s']} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "role", nargs="?", default="orchestrate", choices=["orchestrate", "client", "plugin"]
+    )
+    parser.add_argument("--levels", default=None)
+    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--no-raw", dest="raw", action="store_false")
+    parser.add_argument("--no-pheby", dest="pheby", action="store_false")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--redis")
+    parser.add_argument("--profile", action="store_true", help="py-spy the edge (iris levels)")
+    options = parser.parse_args()
+    global PROFILE
+    PROFILE = options.profile
+    if options.role == "client":
+        run_loop(client_main)
+    elif options.role == "plugin":
+        run_loop(lambda: plugin_main(options.redis))
+    else:
+        options.levels = options.levels or ("1000,5000" if options.quick else "1000,5000,10000")
+        options.name = options.name or ("connections-quick" if options.quick else "connections")
+        asyncio.run(orchestrate(options))
+
+
+if __name__ == "__main__":
+    main()

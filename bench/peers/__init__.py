@@ -1,0 +1,1 @@
+"""Peer servers the fan-out benchmark compares the gateway against (not project code)."""

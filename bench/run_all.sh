@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Issue 7 performance benchmarks, one after another, on loopback (see bench/README.md).
+#   bench/run_all.sh           full runs (fan-out ~8-10 min, the others 1-3 min each)
+#   bench/run_all.sh --quick   smaller sweeps (~5 min in all)
+# Results: bench/results/{fanout,connections,replay,turn_overhead}[-quick].json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+QUICK=()
+if [ "${1:-}" = "--quick" ]; then QUICK=(--quick); fi
+"$PY" -c "import socketio" 2>/dev/null || { echo "pip install -e '.[bench]' first" >&2; exit 2; }
+"$PY" bench/fanout.py "${QUICK[@]}"
+"$PY" bench/connections.py "${QUICK[@]}"
+"$PY" bench/replay.py "${QUICK[@]}"
+"$PY" bench/turn_overhead.py "${QUICK[@]}"
