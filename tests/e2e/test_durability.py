@@ -228,6 +228,7 @@ async def test_while_redis_is_down_requests_get_unavailable_and_the_socket_stays
     deployment = scaled(edges=1, redis=redis)
     phone = await deployment.iris("phone")
     redis.kill9()
+    await _until(lambda: not redis.ping(), timeout=10)
     await asyncio.sleep(0.5)
     start = len(phone.frames)
     await phone.send(
@@ -254,13 +255,18 @@ async def test_while_redis_is_down_requests_get_unavailable_and_the_socket_stays
                 "client_id": "c-outage",
             }
         )
-        answer = await phone.wait_for(
-            lambda f: (
-                f.get("client_id") == "c-outage" and f.get("type") in ("message.ack", "error")
-            ),
-            15,
-            start,
-        )
+        try:
+            answer = await phone.wait_for(
+                lambda f: (
+                    f.get("client_id") == "c-outage" and f.get("type") in ("message.ack", "error")
+                ),
+                3,
+                start,
+            )
+        except TimeoutError:
+            # An answer sent while this edge was resubscribing is lost; a client resends
+            # the same client_id and gets the original acknowledgement.
+            continue
         if answer["type"] == "message.ack":
             break
         await asyncio.sleep(0.2)
