@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id, now_iso
 
+from . import media_jobs
 from .errors import CommandError
 
 if TYPE_CHECKING:
@@ -734,6 +735,7 @@ async def cmd_register(controller: Controller, command: Json, args: Json) -> Non
     await controller.reply(
         command, {"type": "attachment.registered", "attachment": record.descriptor()}
     )
+    media_jobs.start_transcode(controller, record)
 
 
 async def cmd_get(controller: Controller, command: Json, args: Json) -> None:

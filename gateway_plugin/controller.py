@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,11 @@ from .commands import CommandHandler
 from .decisions import DecisionDesk
 from .delivery import parse_cron_header
 from .devices import DeviceRegistry
+from .jobs import JobQueue
 from .outbox import Outbox
 from .ports import AgentPort
 from .preferences import Preferences
-from .push import PushScheduler, make_submitter
+from .push import PushScheduler, push_submitter
 from .search import SearchIndex
 from .titles import clean_generated_title
 from .transcript import Transcript
@@ -84,7 +84,7 @@ class Controller:
         self.desk = DecisionDesk(self)
         self.prefs = Preferences(self)
         self.push = PushScheduler(self, None)
-        self._close_push: Callable[[], Awaitable[None]] | None = None
+        self.jobs = JobQueue(settings, self.attachments.storage_root)
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
@@ -98,7 +98,8 @@ class Controller:
     async def start(self) -> None:
         self.channels.ensure_default()
         self.prefs.restore_yolo()
-        self.push.submit, self._close_push = await make_submitter(self.settings)
+        await self.jobs.start()
+        self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
         self.running = True
         # Events the previous process sequenced may never have been published: every
@@ -142,8 +143,7 @@ class Controller:
         self.running = False
         admin.detach(self)
         await self.push.close()
-        if self._close_push is not None:
-            await self._close_push()
+        await self.jobs.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -401,6 +401,11 @@ class Controller:
         if message_id.startswith(("progress-", "notice-")):
             return
         self.emit(self.turns.on_edit(message_id, content))
+
+    def background(self, task: asyncio.Task[None]) -> None:
+        """Keep a fire-and-forget task alive until it is done."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _maybe_title(self, lane: Lane, finished: list[Json]) -> None:
         user_text = self.pending_titles.pop(lane, None)

@@ -21,6 +21,7 @@ from canonical.errors import BusUnavailable
 if TYPE_CHECKING:
     from .controller import Controller
     from .devices import Device
+    from .jobs import JobQueue
 
 log = logging.getLogger("hdg.plugin.push")
 
@@ -166,43 +167,11 @@ class PushScheduler:
         self.pending.clear()
 
 
-async def make_submitter(settings: Any) -> tuple[Submit | None, Callable[[], Awaitable[None]]]:
-    """The job queue for push: arq on Redis (scaled) or the in-process runner (embedded)."""
+def push_submitter(settings: Any, jobs: JobQueue) -> Submit | None:
+    """How pushes are queued, or None when push is off."""
     if settings.push_backend == "none":
-        return None, _nothing
+        return None
     if settings.push_backend == "fcm" and settings.fcm_service_account is None:
         log.info("push is off: set ANDROID_FCM_SERVICE_ACCOUNT (FCM) or ANDROID_PUSH_BACKEND=ntfy")
-        return None, _nothing
-    if settings.embedded:
-        from workers.config import load_config
-        from workers.inprocess import InProcessRunner
-
-        try:
-            runner = InProcessRunner(load_config(bus_url="memory://"), periodic_retention=False)
-        except Exception as exc:
-            log.warning("push disabled: %s", exc)
-            return None, _nothing
-        await runner.start()
-
-        async def submit_local(body: Json) -> None:
-            runner.submit_push(body)
-
-        return submit_local, runner.close
-    from arq import create_pool
-    from arq.connections import RedisSettings
-
-    from workers.jobs import enqueue_push
-
-    pool = await create_pool(RedisSettings.from_dsn(settings.bus_url))
-
-    async def submit_arq(body: Json) -> None:
-        await enqueue_push(pool, body)
-
-    async def close_pool() -> None:
-        await pool.aclose()
-
-    return submit_arq, close_pool
-
-
-async def _nothing() -> None:
-    return None
+        return None
+    return jobs.push
