@@ -10,8 +10,8 @@ import httpx
 import pytest
 from PIL import Image
 
-from tests.e2e.test_attachments import upload
 from tests.e2e.conftest import Deployment
+from tests.e2e.test_attachments import upload
 
 
 @pytest.fixture
