@@ -78,27 +78,7 @@ class Outbox:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
-                for event in events:
-                    key = None
-                    kind = event["type"]
-                    if kind == "message.delta":
-                        key = f"delta:{event['message_id']}"
-                        cur.execute("DELETE FROM events WHERE coalesce_key = ?", (key,))
-                    elif kind == "message.complete":
-                        cur.execute(
-                            "DELETE FROM events WHERE coalesce_key = ?",
-                            (f"delta:{event['message_id']}",),
-                        )
-                    cur.execute(
-                        "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, ?, '')",
-                        (now, kind, key),
-                    )
-                    cursor = int(cur.lastrowid or 0)
-                    sequenced = {**event, "cursor": cursor}
-                    cur.execute(
-                        "UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor)
-                    )
-                    out.append(sequenced)
+                out = _sequence(cur, events, now)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -183,17 +163,7 @@ class Outbox:
                         "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
                         (run["run_id"], _DUMPS(run["lane"]), run.get("conversation_id"), now),
                     )
-                for event in events:
-                    cur.execute(
-                        "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, NULL, '')",
-                        (now, event["type"]),
-                    )
-                    cursor = int(cur.lastrowid or 0)
-                    sequenced = {**event, "cursor": cursor}
-                    cur.execute(
-                        "UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor)
-                    )
-                    out.append(sequenced)
+                out = _sequence(cur, events, now)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -279,3 +249,26 @@ class Outbox:
         with self._lock:
             rows = self._db.execute("SELECT device_id, cursor FROM device_acks").fetchall()
         return {r[0]: int(r[1]) for r in rows}
+
+
+def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[Json]:
+    """Give each event the next cursor inside the caller's transaction. A delta replaces
+    its message's previous delta; a complete message drops its deltas (they are cumulative)."""
+    out: list[Json] = []
+    for event in events:
+        kind = event["type"]
+        key = None
+        if kind in ("message.delta", "message.complete"):
+            stale = f"delta:{event['message_id']}"
+            cur.execute("DELETE FROM events WHERE coalesce_key = ?", (stale,))
+            if kind == "message.delta":
+                key = stale
+        cur.execute(
+            "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, ?, '')",
+            (now, kind, key),
+        )
+        cursor = int(cur.lastrowid or 0)
+        sequenced = {**event, "cursor": cursor}
+        cur.execute("UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor))
+        out.append(sequenced)
+    return out

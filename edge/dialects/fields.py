@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from canonical.protocol import MAX_TEXT_CHARS
+from canonical.protocol import MAX_TEXT_CHARS, now_iso
 
 from ..errors import FrameRejected
 
@@ -79,3 +79,29 @@ def str_list(frame: Json, key: str, *, max_items: int, max_len: int = 64) -> lis
     if len(set(value)) != len(value):
         raise FrameRejected("bad_request", f"{key} must be distinct", frame.get("request_id"))
     return list(value)
+
+
+def decode_with(decoders: dict[str, Any], frame: Json) -> Json:
+    """The part of decoding both dialects share: ping answered locally, a second hello
+    refused, unknown types rejected, the rest handed to the type's decoder."""
+    kind = frame.get("type")
+    if kind == "ping":
+        return {"local": {"type": "pong", "ts": now_iso()}}
+    if kind == "hello":
+        raise FrameRejected("bad_request", "already authenticated", frame.get("request_id"))
+    decoder = decoders.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise FrameRejected(
+            "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
+        )
+    return {"cmd": kind, "args": decoder(frame)}
+
+
+def error_frame(code: str, message: str, request_id: Any = None) -> Json:
+    """The one error shape of both dialects."""
+    frame: Json = {"type": "error"}
+    if request_id is not None:
+        frame["request_id"] = request_id
+    frame["error"] = {"code": code, "message": message}
+    frame["ts"] = now_iso()
+    return frame

@@ -7,7 +7,6 @@ from typing import Any
 
 from canonical import attachments
 from canonical.bus import token_digest
-from canonical.protocol import now_iso
 
 from ..errors import FrameRejected
 from . import fields
@@ -186,17 +185,7 @@ class IrisDialect:
     name = "iris"
 
     def decode(self, frame: Json) -> Json:
-        kind = frame.get("type")
-        if kind == "ping":
-            return {"local": {"type": "pong", "ts": now_iso()}}
-        if kind == "hello":
-            raise FrameRejected("bad_request", "already authenticated", frame.get("request_id"))
-        decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
-        if decoder is None:
-            raise FrameRejected(
-                "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
-            )
-        return {"cmd": kind, "args": decoder(frame)}
+        return fields.decode_with(_DECODERS, frame)
 
     def encode_event(self, event: Json) -> Json | None:
         kind = event["type"]
@@ -305,12 +294,7 @@ class IrisDialect:
         return {k: v for k, v in reply.items() if k != "dialect_only"}
 
     def error_frame(self, code: str, message: str, request_id: Any = None) -> Json:
-        frame: Json = {"type": "error"}
-        if request_id is not None:
-            frame["request_id"] = request_id
-        frame["error"] = {"code": code, "message": message}
-        frame["ts"] = now_iso()
-        return frame
+        return fields.error_frame(code, message, request_id)
 
 
 __all__ = ["IRIS_VERSION", "IrisDialect", "_LANE_KEYS"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from canonical.protocol import MAX_HISTORY, now_iso
+from canonical.protocol import MAX_HISTORY
 
 from ..errors import FrameRejected
 from . import fields
@@ -162,17 +162,7 @@ class PhebyDialect:
     name = "pheby"
 
     def decode(self, frame: Json) -> Json:
-        kind = frame.get("type")
-        if kind == "ping":
-            return {"local": {"type": "pong", "ts": now_iso()}}
-        if kind == "hello":
-            raise FrameRejected("bad_request", "already authenticated", frame.get("request_id"))
-        decoder = _DECODERS.get(kind) if isinstance(kind, str) else None
-        if decoder is None:
-            raise FrameRejected(
-                "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
-            )
-        return {"cmd": kind, "args": decoder(frame)}
+        return fields.decode_with(_DECODERS, frame)
 
     def encode_event(self, event: Json) -> Json | None:
         kind = event["type"]
@@ -264,9 +254,4 @@ class PhebyDialect:
         return {k: v for k, v in reply.items() if k != "dialect_only"}
 
     def error_frame(self, code: str, message: str, request_id: Any = None) -> Json:
-        frame: Json = {"type": "error"}
-        if request_id is not None:
-            frame["request_id"] = request_id
-        frame["error"] = {"code": code, "message": message}
-        frame["ts"] = now_iso()
-        return frame
+        return fields.error_frame(code, message, request_id)
