@@ -135,6 +135,11 @@ class MediaFrames:
             raise FrameRejected(
                 _IRIS_CODES.get(refused.code, refused.code), refused.message, request_id
             ) from None
+        except OSError as exc:
+            log.error("media storage failed for %s: %s", cmd, type(exc).__name__)
+            raise FrameRejected(
+                "unavailable", "media storage failed; retry shortly", request_id
+            ) from None
 
     # -- uploads
     def _paths(self, tenant: str, upload_id: str) -> tuple[Path, Path, Path]:

@@ -34,7 +34,16 @@ Json = dict[str, Any]
 Lane = tuple[str, str | None]
 
 REPLAY_CHUNK = 500
-SERVER_CAPS = ["streaming", "channels", "threads", "auto_thread", "search", "sync", "cursor_ack"]
+SERVER_CAPS = [
+    "streaming",
+    "channels",
+    "threads",
+    "auto_thread",
+    "search",
+    "sync",
+    "cursor_ack",
+    "media",
+]
 
 
 def _strip_lane(event: Json) -> Json:
@@ -536,6 +545,8 @@ class CommandHandler:
         messages, has_more = self.c.transcript.messages(
             _lane(entry), int(args.get("limit") or 100), args.get("before_message_id")
         )
+        # The user's own words, not the inlined attachment text Hermes ran.
+        messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
         await self.c.reply(
             command,
             {
