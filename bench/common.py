@@ -68,7 +68,7 @@ def raise_nofile() -> int:
 def machine() -> Json:
     cpu_model = ""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 cpu_model = line.split(":", 1)[1].strip()
                 break
@@ -76,7 +76,7 @@ def machine() -> Json:
         pass
     mem_kib = 0
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
+        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("MemTotal:"):
                 mem_kib = int(line.split()[1])
     except OSError:
@@ -117,7 +117,7 @@ def machine() -> Json:
 def cpu_seconds(pid: int) -> float:
     """user + system CPU of one process (not its children), from /proc/<pid>/stat."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
+        raw = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     except OSError:
         return 0.0
     fields = raw[raw.rindex(")") + 2 :].split()
@@ -126,7 +126,7 @@ def cpu_seconds(pid: int) -> float:
 
 def rss_bytes(pid: int) -> int:
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     except OSError:
@@ -137,7 +137,10 @@ def rss_bytes(pid: int) -> int:
 def machine_busy_seconds() -> float:
     """CPU time spent busy by the whole machine (all CPUs), from /proc/stat."""
     try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        fields = [
+            int(x)
+            for x in Path("/proc/stat").read_text(encoding="utf-8").split("\n", 1)[0].split()[1:]
+        ]
     except OSError:
         return 0.0
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
@@ -272,7 +275,7 @@ def wait_port(port: int, proc: ManagedProcess, timeout: float = 30.0) -> None:
 
 def uses_uvloop(pid: int) -> bool:
     try:
-        return "uvloop" in Path(f"/proc/{pid}/maps").read_text()
+        return "uvloop" in Path(f"/proc/{pid}/maps").read_text(encoding="utf-8")
     except OSError:
         return False
 

@@ -623,7 +623,7 @@ def top_frames(collapsed: Path, limit: int = 25) -> list[tuple[str, float, float
     own: dict[str, int] = {}
     total: dict[str, int] = {}
     samples = 0
-    for line in collapsed.read_text().splitlines():
+    for line in collapsed.read_text(encoding="utf-8").splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack:
             continue
