@@ -19,26 +19,35 @@ from .errors import SettingsError
 MIB = 1024 * 1024
 
 
-class _NamedEnvironment(PydanticBaseSettingsSource):
-    """Only the documented variable names (ANDROID_*, NTFY_*) are read from the
+def documented_name(field: Any) -> str | None:
+    """A field's environment variable: its alias, or the first of its alias choices."""
+    alias = field.validation_alias
+    if isinstance(alias, str):
+        return alias
+    choices = getattr(alias, "choices", None)
+    if choices and isinstance(choices[0], str):
+        return str(choices[0])
+    return None
+
+
+class NamedEnvironment(PydanticBaseSettingsSource):
+    """Only the documented variable names (ANDROID_*, NTFY_*, HDG_*) are read from the
     environment, never a field's bare name: a generic PORT or TOKEN must not configure us."""
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        alias = field.validation_alias
-        if isinstance(alias, str):
+        name = documented_name(field)
+        if name is not None:
             for key, value in os.environ.items():
-                if key.upper() == alias:
+                if key.upper() == name.upper():
                     return value, field_name, False
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for name, field in self.settings_cls.model_fields.items():
-            value, _, _ = self.get_field_value(field, name)
+        for field_name, field in self.settings_cls.model_fields.items():
+            value, _, _ = self.get_field_value(field, field_name)
             if value is not None:
-                values[
-                    field.validation_alias if isinstance(field.validation_alias, str) else name
-                ] = value
+                values[documented_name(field) or field_name] = value
         return values
 
 
@@ -194,7 +203,7 @@ class GatewaySettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment first: it overrides config.yaml `extra`, passed as init kwargs.
-        return (_NamedEnvironment(settings_cls), init_settings, file_secret_settings)
+        return (NamedEnvironment(settings_cls), init_settings, file_secret_settings)
 
     @field_validator("bus_url")
     @classmethod

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from canonical.settings import NamedEnvironment
 
 from .errors import ConfigError
 
@@ -37,6 +39,18 @@ class WorkerConfig(BaseSettings):
     """Everything the push, media and maintenance workers read."""
 
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword overrides, then only the documented variable names (never a bare BUS_URL).
+        return (init_settings, NamedEnvironment(settings_cls), file_secret_settings)
 
     # -- bus -------------------------------------------------------------------------
     bus_url: str = _env("ANDROID_BUS_URL", "bus_url", "redis://127.0.0.1:6379/0")

@@ -113,3 +113,13 @@ def test_blank_optional_settings_count_as_unset(monkeypatch: pytest.MonkeyPatch)
     config = load_config()
     assert config.fcm_server_key is None
     assert config.ntfy_authorization() is None
+
+
+def test_generic_environment_names_do_not_configure_the_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BUS_URL", "redis://elsewhere:1/0")
+    monkeypatch.setenv("MEDIA_ROOT", "/tmp/not-ours")
+    config = load_config()
+    assert config.bus_url != "redis://elsewhere:1/0"
+    assert config.media_root is None or str(config.media_root) != "/tmp/not-ours"
