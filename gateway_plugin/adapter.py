@@ -18,7 +18,7 @@ from canonical.errors import BusUnavailable, SettingsError
 from canonical.protocol import new_id, now_iso
 from canonical.settings import GatewaySettings, require_token
 
-from . import attachments
+from . import attachment_flow, attachments
 from . import hermes_bridge as hb
 from .channel_store import ChannelError
 from .controller import Controller
@@ -250,7 +250,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         try:
             if caption:
                 await self.send(chat_id, caption, metadata=metadata)
-            record = await attachments.deliver(
+            record = await attachment_flow.deliver(
                 self.controller, lane, source, filename=filename, kind=kind
             )
         except (attachments.AttachmentError, OSError) as exc:

@@ -7,22 +7,22 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from canonical.protocol import MAX_HISTORY, REPLAY, error_body, now_iso
+from canonical.protocol import REPLAY, error_body, now_iso
 
 from . import admin
-from .attachments import (
-    Attachment,
+from .attachment_flow import (
     added_event,
     agent_input,
     claimed_view,
-    display_messages,
 )
-from .attachments import cmd_check as attachment_check
-from .attachments import cmd_get as attachment_get
-from .attachments import cmd_register as attachment_register
+from .attachment_flow import cmd_check as attachment_check
+from .attachment_flow import cmd_get as attachment_get
+from .attachment_flow import cmd_register as attachment_register
+from .attachments import Attachment
 from .channel_store import ChannelEntry, ChannelError
 from .delivery import cron_targets
 from .errors import CommandError
+from .lane_commands import LaneCommands, lane_of
 from .titles import derive_title
 
 if TYPE_CHECKING:
@@ -46,17 +46,10 @@ SERVER_CAPS = [
 ]
 
 
-def _strip_lane(event: Json) -> Json:
-    return {k: v for k, v in event.items() if k not in ("lane", "cursor", "picker_id")}
-
-
-def _lane(entry: ChannelEntry) -> Lane:
-    return (entry.chat_id, entry.thread_id)
-
-
 class CommandHandler:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        self.lanes = LaneCommands(self)
 
     async def handle(self, command: Json) -> None:
         name = str(command.get("cmd"))
@@ -64,7 +57,8 @@ class CommandHandler:
             return await admin.handle(self.c, command)
         method = "cmd_" + name.replace(".", "_")
         handler = (
-            getattr(self, method, None)
+            getattr(self.lanes, method, None)
+            or getattr(self, method, None)
             or getattr(self.c.desk, method, None)
             or getattr(self.c.prefs, method, None)
         )
@@ -259,13 +253,13 @@ class CommandHandler:
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
                 # Upgraded with the model's title once the first exchange is done.
-                self.c.pending_titles[_lane(entry)] = text
+                self.c.pending_titles[lane_of(entry)] = text
         await self._send(command, entry, text, client_id=str(args["client_id"]))
 
     async def _send(
         self, command: Json, entry: ChannelEntry, text: str, *, client_id: str | None
     ) -> None:
-        lane = _lane(entry)
+        lane = lane_of(entry)
         key = self._idem_key(command, f"{lane[0]}|{lane[1]}", text)
         args = command.get("args") or {}
         # pheby chat.send attachment_ids, iris message.send media_refs: the same uploads.
@@ -398,7 +392,7 @@ class CommandHandler:
                 self.c.agent.stage_media,
             )
         await self.c.agent.submit(
-            _lane(entry),
+            lane_of(entry),
             text,
             user_id=device_id,
             user_name=device_id,
@@ -412,9 +406,9 @@ class CommandHandler:
 
     async def cmd_run_cancel(self, command: Json, args: Json) -> None:
         if command.get("dialect") == "pheby":
-            lane = _lane(self._entry_for_conversation(str(args["conversation_id"])))
+            lane = lane_of(self._entry_for_conversation(str(args["conversation_id"])))
         else:
-            lane = _lane(self._entry_for_lane(str(args["chat_id"]), args.get("thread_id")))
+            lane = lane_of(self._entry_for_lane(str(args["chat_id"]), args.get("thread_id")))
         run = self.c.turns.active(lane)
         wanted = args.get("run_id")
         if run is None or (wanted is not None and wanted != run.run_id):
@@ -432,207 +426,3 @@ class CommandHandler:
         await attachment_get(self.c, command, args)
 
     # -- conversations (pheby)
-    async def cmd_conversation_list(self, command: Json, args: Json) -> None:
-        conversations = []
-        for entry in self.c.channels.list(include_archived=False):
-            session_id, last_active = self.c.transcript.latest(_lane(entry))
-            conversations.append(
-                {
-                    "conversation_id": entry.conversation_id,
-                    "name": entry.name,
-                    "session_id": session_id,
-                    "last_active": last_active,
-                    "source": "hermes",
-                }
-            )
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.snapshot",
-                "request_id": command.get("request_id"),
-                "conversations": conversations,
-            },
-        )
-
-    async def cmd_conversation_create(self, command: Json, args: Json) -> None:
-        name = args.get("name") or "New chat"
-        entry = self.c.channels.create_channel(name)
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.created",
-                "conversation_id": entry.conversation_id,
-                "name": entry.name,
-                "request_id": command.get("request_id"),
-            },
-        )
-        self._broadcast_entry("channel.created", entry)
-
-    async def cmd_conversation_rename(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        renamed, _ = self.c.channels.rename(
-            entry.chat_id, entry.thread_id, str(args["name"]), "user"
-        )
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.renamed",
-                "conversation_id": renamed.conversation_id,
-                "name": renamed.name,
-                "request_id": command.get("request_id"),
-            },
-        )
-        self._broadcast_entry("channel.renamed", renamed)
-
-    async def cmd_conversation_delete(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        self.c.agent.delete_transcript(_lane(entry))
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.deleted",
-                "conversation_id": entry.conversation_id,
-                "request_id": command.get("request_id"),
-            },
-        )
-        if entry.kind != "default":
-            self._broadcast_entry(
-                "channel.deleted", self.c.channels.delete(entry.chat_id, entry.thread_id)
-            )
-
-    async def cmd_conversation_open(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        limit = min(int(args.get("limit") or 200), MAX_HISTORY)
-        messages, has_more = self.c.transcript.messages(
-            _lane(entry), limit, args.get("before_message_id")
-        )
-        # Users' own texts (Hermes stores the turn with inlined files) and the attachments
-        # anchored to the transcript's message ids where the page shows the turn.
-        messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
-        attachments = [
-            a.descriptor(anchors.get(a.message_id or ""))
-            for a in self.c.attachments.for_conversation(entry.conversation_id)
-        ]
-        run = self.c.turns.active(_lane(entry))
-        snapshot = self.c.desk.snapshot(_lane(entry))
-        run_state = None
-        if run is not None:
-            run_state = {
-                "run_id": run.run_id,
-                "status": "running",
-                "message_id": run.message_id,
-                "text": run.text(),
-            }
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.history",
-                "conversation_id": entry.conversation_id,
-                "request_id": command.get("request_id"),
-                "messages": messages,
-                "has_more": has_more,
-                "attachments": attachments,
-                "run": run_state,
-                "tools": [_strip_lane(t) for t in snapshot["tools"]],
-                "approvals": [_strip_lane(a) for a in snapshot["approvals"]],
-                "clarifications": [_strip_lane(c) for c in snapshot["clarifications"]],
-            },
-        )
-
-    # -- iris history and channels
-    async def cmd_history(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
-        messages, has_more = self.c.transcript.messages(
-            _lane(entry), int(args.get("limit") or 100), args.get("before_message_id")
-        )
-        # The user's own words, not the inlined attachment text Hermes ran.
-        messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
-        await self.c.reply(
-            command,
-            {
-                "type": "history",
-                "request_id": command.get("request_id"),
-                "chat_id": entry.chat_id,
-                "thread_id": entry.thread_id,
-                "messages": messages,
-                "has_more": has_more,
-            },
-        )
-
-    async def _result(self, command: Json, entry: ChannelEntry) -> None:
-        await self.c.reply(
-            command,
-            {
-                "type": "result",
-                "op": command.get("cmd"),
-                "request_id": command.get("request_id"),
-                "entry": entry.to_wire(),
-            },
-        )
-
-    async def cmd_channel_list(self, command: Json, args: Json) -> None:
-        await self.c.reply(
-            command,
-            {
-                "type": "channel.list",
-                "request_id": command.get("request_id"),
-                "channels": self._directory(),
-            },
-        )
-
-    async def cmd_channel_create(self, command: Json, args: Json) -> None:
-        if args.get("kind") == "thread":
-            parent = args.get("parent_chat_id") or self.c.settings.home_channel
-            entry = self.c.channels.create_thread(str(parent), args.get("name") or "New thread")
-        else:
-            entry = self.c.channels.create_channel(args.get("name") or "")
-        await self._result(command, entry)
-        self._broadcast_entry("channel.created", entry, auto=False)
-
-    async def cmd_channel_rename(self, command: Json, args: Json) -> None:
-        entry, changed = self.c.channels.rename(
-            str(args["chat_id"]), args.get("thread_id"), str(args.get("name") or ""), "user"
-        )
-        await self._result(command, entry)
-        if changed:
-            self._broadcast_entry("channel.renamed", entry)
-
-    async def cmd_channel_set_default(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_default(str(args["chat_id"]))
-        await self._result(command, entry)
-        self._broadcast_entry("channel.renamed", entry)
-
-    async def cmd_channel_delete(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.delete(str(args["chat_id"]), args.get("thread_id"))
-        await self._result(command, entry)
-        self._broadcast_entry("channel.deleted", entry)
-
-    async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))
-        await self._result(command, entry)
-        self._broadcast_entry("channel.renamed", entry)
-
-    async def cmd_channel_set_threads(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_threads_enabled(str(args["chat_id"]), bool(args["on"]))
-        await self._result(command, entry)
-        self._broadcast_entry("channel.renamed", entry)
-
-    # -- search
-    async def cmd_search(self, command: Json, args: Json) -> None:
-        hits = self.c.search.search(
-            str(args.get("query") or ""),
-            scope=args.get("scope") or "all",
-            chat_id=args.get("chat_id"),
-            thread_id=args.get("thread_id"),
-            limit=int(args.get("limit") or 50),
-            channel_resolver=self.c.channels.chat_ids_matching,
-        )
-        await self.c.reply(
-            command,
-            {
-                "type": "search.results",
-                "request_id": command.get("request_id"),
-                "query": args.get("query") or "",
-                "hits": [hit.to_wire() for hit in hits],
-            },
-        )

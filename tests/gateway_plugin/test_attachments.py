@@ -13,13 +13,12 @@ import pytest
 
 from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id
+from gateway_plugin.attachment_flow import added_event, display_messages
 from gateway_plugin.attachments import (
     ORPHAN_TTL_S,
     UPLOAD_TTL_S,
     AttachmentError,
     AttachmentRegistry,
-    added_event,
-    display_messages,
 )
 from gateway_plugin.channel_store import ChannelDirectory, ChannelEntry
 

@@ -1,0 +1,248 @@
+"""Conversation (pheby), history, channel and search commands: what reads or reshapes the
+lanes. Dispatched by `CommandHandler`, whose lookup and broadcast helpers they share."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from canonical.protocol import MAX_HISTORY
+
+from .attachment_flow import display_messages
+from .channel_store import ChannelEntry
+
+if TYPE_CHECKING:
+    from .commands import CommandHandler
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+
+def strip_lane(event: Json) -> Json:
+    return {k: v for k, v in event.items() if k not in ("lane", "cursor", "picker_id")}
+
+
+def lane_of(entry: ChannelEntry) -> Lane:
+    return (entry.chat_id, entry.thread_id)
+
+
+class LaneCommands:
+    def __init__(self, handler: CommandHandler) -> None:
+        self.h = handler
+        self.c = handler.c
+
+    def _entry_for_conversation(self, conversation_id: str) -> ChannelEntry:
+        return self.h._entry_for_conversation(conversation_id)
+
+    def _entry_for_lane(self, chat_id: str, thread_id: str | None) -> ChannelEntry:
+        return self.h._entry_for_lane(chat_id, thread_id)
+
+    def _broadcast_entry(self, kind: str, entry: ChannelEntry, **extra: Any) -> None:
+        self.h._broadcast_entry(kind, entry, **extra)
+
+    def _directory(self) -> list[Json]:
+        return self.h._directory()
+
+    async def cmd_conversation_list(self, command: Json, args: Json) -> None:
+        conversations = []
+        for entry in self.c.channels.list(include_archived=False):
+            session_id, last_active = self.c.transcript.latest(lane_of(entry))
+            conversations.append(
+                {
+                    "conversation_id": entry.conversation_id,
+                    "name": entry.name,
+                    "session_id": session_id,
+                    "last_active": last_active,
+                    "source": "hermes",
+                }
+            )
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.snapshot",
+                "request_id": command.get("request_id"),
+                "conversations": conversations,
+            },
+        )
+
+    async def cmd_conversation_create(self, command: Json, args: Json) -> None:
+        name = args.get("name") or "New chat"
+        entry = self.c.channels.create_channel(name)
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.created",
+                "conversation_id": entry.conversation_id,
+                "name": entry.name,
+                "request_id": command.get("request_id"),
+            },
+        )
+        self._broadcast_entry("channel.created", entry)
+
+    async def cmd_conversation_rename(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        renamed, _ = self.c.channels.rename(
+            entry.chat_id, entry.thread_id, str(args["name"]), "user"
+        )
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.renamed",
+                "conversation_id": renamed.conversation_id,
+                "name": renamed.name,
+                "request_id": command.get("request_id"),
+            },
+        )
+        self._broadcast_entry("channel.renamed", renamed)
+
+    async def cmd_conversation_delete(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        self.c.agent.delete_transcript(lane_of(entry))
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.deleted",
+                "conversation_id": entry.conversation_id,
+                "request_id": command.get("request_id"),
+            },
+        )
+        if entry.kind != "default":
+            self._broadcast_entry(
+                "channel.deleted", self.c.channels.delete(entry.chat_id, entry.thread_id)
+            )
+
+    async def cmd_conversation_open(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_conversation(str(args["conversation_id"]))
+        limit = min(int(args.get("limit") or 200), MAX_HISTORY)
+        messages, has_more = self.c.transcript.messages(
+            lane_of(entry), limit, args.get("before_message_id")
+        )
+        # Users' own texts (Hermes stores the turn with inlined files) and the attachments
+        # anchored to the transcript's message ids where the page shows the turn.
+        messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
+        attachments = [
+            a.descriptor(anchors.get(a.message_id or ""))
+            for a in self.c.attachments.for_conversation(entry.conversation_id)
+        ]
+        run = self.c.turns.active(lane_of(entry))
+        snapshot = self.c.desk.snapshot(lane_of(entry))
+        run_state = None
+        if run is not None:
+            run_state = {
+                "run_id": run.run_id,
+                "status": "running",
+                "message_id": run.message_id,
+                "text": run.text(),
+            }
+        await self.c.reply(
+            command,
+            {
+                "type": "conversation.history",
+                "conversation_id": entry.conversation_id,
+                "request_id": command.get("request_id"),
+                "messages": messages,
+                "has_more": has_more,
+                "attachments": attachments,
+                "run": run_state,
+                "tools": [strip_lane(t) for t in snapshot["tools"]],
+                "approvals": [strip_lane(a) for a in snapshot["approvals"]],
+                "clarifications": [strip_lane(c) for c in snapshot["clarifications"]],
+            },
+        )
+
+    # -- iris history and channels
+    async def cmd_history(self, command: Json, args: Json) -> None:
+        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
+        messages, has_more = self.c.transcript.messages(
+            lane_of(entry), int(args.get("limit") or 100), args.get("before_message_id")
+        )
+        # The user's own words, not the inlined attachment text Hermes ran.
+        messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
+        await self.c.reply(
+            command,
+            {
+                "type": "history",
+                "request_id": command.get("request_id"),
+                "chat_id": entry.chat_id,
+                "thread_id": entry.thread_id,
+                "messages": messages,
+                "has_more": has_more,
+            },
+        )
+
+    async def _result(self, command: Json, entry: ChannelEntry) -> None:
+        await self.c.reply(
+            command,
+            {
+                "type": "result",
+                "op": command.get("cmd"),
+                "request_id": command.get("request_id"),
+                "entry": entry.to_wire(),
+            },
+        )
+
+    async def cmd_channel_list(self, command: Json, args: Json) -> None:
+        await self.c.reply(
+            command,
+            {
+                "type": "channel.list",
+                "request_id": command.get("request_id"),
+                "channels": self._directory(),
+            },
+        )
+
+    async def cmd_channel_create(self, command: Json, args: Json) -> None:
+        if args.get("kind") == "thread":
+            parent = args.get("parent_chat_id") or self.c.settings.home_channel
+            entry = self.c.channels.create_thread(str(parent), args.get("name") or "New thread")
+        else:
+            entry = self.c.channels.create_channel(args.get("name") or "")
+        await self._result(command, entry)
+        self._broadcast_entry("channel.created", entry, auto=False)
+
+    async def cmd_channel_rename(self, command: Json, args: Json) -> None:
+        entry, changed = self.c.channels.rename(
+            str(args["chat_id"]), args.get("thread_id"), str(args.get("name") or ""), "user"
+        )
+        await self._result(command, entry)
+        if changed:
+            self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_set_default(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_default(str(args["chat_id"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_delete(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.delete(str(args["chat_id"]), args.get("thread_id"))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.deleted", entry)
+
+    async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)
+
+    async def cmd_channel_set_threads(self, command: Json, args: Json) -> None:
+        entry = self.c.channels.set_threads_enabled(str(args["chat_id"]), bool(args["on"]))
+        await self._result(command, entry)
+        self._broadcast_entry("channel.renamed", entry)
+
+    # -- search
+    async def cmd_search(self, command: Json, args: Json) -> None:
+        hits = self.c.search.search(
+            str(args.get("query") or ""),
+            scope=args.get("scope") or "all",
+            chat_id=args.get("chat_id"),
+            thread_id=args.get("thread_id"),
+            limit=int(args.get("limit") or 50),
+            channel_resolver=self.c.channels.chat_ids_matching,
+        )
+        await self.c.reply(
+            command,
+            {
+                "type": "search.results",
+                "request_id": command.get("request_id"),
+                "query": args.get("query") or "",
+                "hits": [hit.to_wire() for hit in hits],
+            },
+        )
