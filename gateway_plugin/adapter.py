@@ -410,7 +410,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if self.controller else None
         if self.controller is None or lane is None:
             return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_approval_request(
+        self.controller.desk.on_approval_request(
             lane, session_key, command, description or "", bool(allow_permanent)
         )
         return SendResult(success=True, message_id=f"approval-{new_id(6)}")
@@ -429,7 +429,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         if self.controller is None or lane is None:
             return SendResult(success=False, error="android adapter is not connected")
         listed = [str(c) for c in choices] if choices else None
-        self.controller.on_clarify_request(lane, session_key, clarify_id, question, listed)
+        self.controller.desk.on_clarify_request(lane, session_key, clarify_id, question, listed)
         return SendResult(success=True, message_id=f"clarify-{clarify_id}")
 
     async def send_slash_confirm(
@@ -445,7 +445,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if self.controller else None
         if self.controller is None or lane is None:
             return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_picker(
+        self.controller.desk.on_picker(
             lane,
             "confirm",
             session_key,
@@ -479,7 +479,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if self.controller else None
         if self.controller is None or lane is None:
             return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_picker(lane, "model", session_key, payload, on_model_selected)
+        self.controller.desk.on_picker(lane, "model", session_key, payload, on_model_selected)
         return SendResult(success=True, message_id=f"picker-{new_id(6)}")
 
     async def send_choice_picker(
@@ -495,7 +495,7 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if self.controller else None
         if self.controller is None or lane is None:
             return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_picker(
+        self.controller.desk.on_picker(
             lane, "choice", session_key, {"title": title, "choices": choices}, on_choice_selected
         )
         return SendResult(success=True, message_id=f"picker-{new_id(6)}")

@@ -16,7 +16,7 @@ from typing import Any
 
 from canonical.bus import Bus, direct_envelope
 from canonical.errors import BusUnavailable
-from canonical.protocol import REPLY, error_body
+from canonical.protocol import REPLY, error_body, now_iso
 from canonical.settings import GatewaySettings
 
 from . import admin
@@ -305,7 +305,7 @@ class Controller:
                     "role": "assistant",
                     "kind": "reply",
                     "text": self.outbox.last_delta_text(message_id),
-                    "ts": _now(),
+                    "ts": now_iso(),
                 },
                 {
                     **base,
@@ -473,7 +473,7 @@ class Controller:
 
     def typing(self, lane: Lane, on: bool) -> None:
         """Typing is ephemeral: published, never sequenced (a replay would be noise)."""
-        self.publish([{"type": "typing", "lane": list(lane), "on": on, "ts": _now()}])
+        self.publish([{"type": "typing", "lane": list(lane), "on": on, "ts": now_iso()}])
 
     def notice(self, lane: Lane, text: str) -> None:
         run = self.turns.active(lane)
@@ -481,55 +481,5 @@ class Controller:
             notice_events(lane, self.conversation_id(lane), text, run.run_id if run else None)
         )
 
-    # Hermes hooks and prompts → the decision desk (called on the gateway loop).
-    def on_tool_start(self, lane: Lane, tool_call_id: str, tool_name: str, args: Any) -> None:
-        self.desk.on_tool_start(lane, tool_call_id, tool_name, args)
-
-    def on_tool_end(
-        self,
-        lane: Lane,
-        tool_call_id: str,
-        tool_name: str,
-        status: str,
-        duration_ms: Any,
-        error: Any,
-    ) -> None:
-        self.desk.on_tool_end(lane, tool_call_id, tool_name, status, duration_ms, error)
-
-    def on_approval_request(
-        self, lane: Lane, session_key: str, command: str, description: str, allow_permanent: bool
-    ) -> None:
-        self.desk.on_approval_request(lane, session_key, command, description, allow_permanent)
-
-    def on_approval_outcome(self, session_key: str, choice: str) -> None:
-        self.desk.on_approval_outcome(session_key, choice)
-
-    def on_clarify_request(
-        self,
-        lane: Lane,
-        session_key: str,
-        clarify_id: str,
-        question: str,
-        choices: list[str] | None,
-    ) -> None:
-        self.desk.on_clarify_request(lane, session_key, clarify_id, question, choices)
-
-    def on_picker(
-        self,
-        lane: Lane,
-        kind: str,
-        session_key: str,
-        body: Json,
-        callback: Any,
-        confirm_id: str | None = None,
-    ) -> None:
-        self.desk.on_picker(lane, kind, session_key, body, callback, confirm_id)
-
     def active_run(self, lane: Lane) -> Run | None:
         return self.turns.active(lane)
-
-
-def _now() -> str:
-    from canonical.protocol import now_iso
-
-    return now_iso()

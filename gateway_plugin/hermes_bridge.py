@@ -183,12 +183,12 @@ def _hook_lane() -> Lane | None:
 
 
 def _hand_off(method: str, *args: Any) -> None:
-    """Call a controller method on its event loop without blocking the agent thread."""
+    """Call a decision-desk method on the controller's loop without blocking the agent thread."""
     for adapter in list(ADAPTERS):
         controller, loop = adapter.controller, adapter.loop
         if controller is None or loop is None or loop.is_closed():
             continue
-        loop.call_soon_threadsafe(getattr(controller, method), *args)
+        loop.call_soon_threadsafe(getattr(controller.desk, method), *args)
 
 
 def _on_pre_tool_call(**kwargs: Any) -> None:
