@@ -11,7 +11,8 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from canonical.bus import Bus
@@ -23,6 +24,7 @@ from .attachments import routes as attachment_routes
 from .hub import Hub
 from .media import MediaFrames
 from .session import DeviceSession
+from .wire import wire_for
 
 log = logging.getLogger("hdg.edge")
 
@@ -51,18 +53,49 @@ class EdgeState:
         self.hub.media = MediaFrames(self.attachments)
 
 
-def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
-    async def ws_endpoint(ws: WebSocket) -> None:
-        origin = ws.headers.get("origin")
+class EdgeApp:
+    """`/ws` straight to a device session, everything else (HTTP, lifespan) to Starlette.
+
+    A device socket lives for hours: routed through Starlette it would keep the router's
+    and both middlewares' coroutine frames alive for as long (~4.5 KiB a connection).
+    """
+
+    def __init__(self, http: Starlette, state: EdgeState) -> None:
+        self.http = http
+        self.state = http.state  # edge.server.GracefulServer finds the EdgeState here
+        self._edge = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] == "/ws":
+            await self._device(scope, receive, send)
+        else:
+            await self.http(scope, receive, send)
+
+    async def _device(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state = self._edge
+        ws = WebSocket(scope, receive, send)
+        origin = _header(scope, b"origin")
         if origin and state.allowed_origins and origin not in state.allowed_origins:
             await ws.close(code=1008)
             return
-        session = DeviceSession(ws, state.hub, send_queue_frames=state.send_queue_frames)
+        session = DeviceSession(
+            ws, state.hub, send_queue_frames=state.send_queue_frames, wire=wire_for(send)
+        )
         state.sessions.add(session)
         try:
             await session.run()
         finally:
             state.sessions.discard(session)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
 
     async def healthz(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
@@ -90,7 +123,6 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
 
     app = Starlette(
         routes=[
-            WebSocketRoute("/ws", ws_endpoint),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics.endpoint(state)),
@@ -99,4 +131,4 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> Starlette:
         lifespan=lifespan,
     )
     app.state.edge = state  # edge.server.GracefulServer closes devices with 1001 first
-    return app
+    return EdgeApp(app, state)

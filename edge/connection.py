@@ -1,8 +1,9 @@
-"""One device connection: a bounded send queue drained by its own writer task.
+"""One device connection: frames written on the spot, or queued when the socket is busy.
 
-A slow device never stalls the others or the bus reader: frames queue here, streaming
-deltas of one message coalesce to the latest, and a device whose queue stays full is
-closed (it recovers by replay). Cursors make delivery exactly-once across the replay seam.
+A slow device never stalls the others or the bus reader: when its socket cannot take a
+frame now, frames queue here, streaming deltas of one message coalesce to the latest, and
+a device whose queue stays full is closed (it recovers by replay). A writer task exists
+only while something is queued. Cursors make delivery exactly-once across the replay seam.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from canonical.protocol import COALESCABLE_EVENTS, now_iso
 
 from .delivery import ReplayGate
 from .dialects import Dialect
-from .errors import CLOSE_SLOW_CONSUMER
+from .errors import CLOSE_SLOW_CONSUMER, WireClosed
+from .wire import OutFrame, Wire
 
 log = logging.getLogger("hdg.edge.conn")
 
@@ -25,17 +27,41 @@ Json = dict[str, Any]
 SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 CloseFn = Callable[[int, str], Awaitable[None]]
+Frame = OutFrame | str
 
 
 class _Item:
-    __slots__ = ("key", "text")
+    __slots__ = ("frame", "key")
 
-    def __init__(self, text: str | bytes | None, key: str | None) -> None:
-        self.text = text
+    def __init__(self, frame: OutFrame | bytes | None, key: str | None) -> None:
+        self.frame = frame
         self.key = key
 
 
 class Connection:
+    __slots__ = (
+        "_close",
+        "_coalesce",
+        "_live",
+        "_max",
+        "_queue",
+        "_send_bytes",
+        "_send_text",
+        "_sent",
+        "_wire",
+        "_writer",
+        "close_code",
+        "closed",
+        "device_id",
+        "dialect",
+        "frames_out",
+        "gate",
+        "id",
+        "since",
+        "tenant",
+        "tracks_cursor",
+    )
+
     def __init__(
         self,
         conn_id: str,
@@ -46,6 +72,7 @@ class Connection:
         close: CloseFn,
         max_frames: int = 1024,
         send_bytes: SendBytes | None = None,
+        wire: Wire | None = None,
     ) -> None:
         self.id = conn_id
         self.dialect = dialect
@@ -54,22 +81,19 @@ class Connection:
         self._send_text = send_text
         self._send_bytes = send_bytes
         self._close = close
+        # Direct frame writes (edge.wire) when the server allows them, else ASGI sends.
+        self._wire = wire
         self._max = max_frames
-        self._queue: deque[_Item] = deque()
+        # Allocated while frames wait (a deque is ~0.8 KiB; most connections are idle).
+        self._queue: deque[_Item] | None = None
+        self._coalesce: dict[str, _Item] | None = None
         self._live = 0
-        self._coalesce: dict[str, _Item] = {}
-        # A bare future, not an asyncio.Event: no waiter deque per connection (~0.9 KiB)
-        # and no Event bookkeeping per wake-up. _sent exists only while someone paces.
-        self._waiter: asyncio.Future[None] | None = None
-        self._sent: asyncio.Event | None = None
+        self._sent: asyncio.Event | None = None  # exists only while someone paces
         self._writer: asyncio.Task[None] | None = None
-        # A send that had to wait (back-pressure) while being written on the spot: the
-        # writer finishes it before anything queued after it.
-        self._inflight: tuple[Any, Any] | None = None
         self.closed = False
         self.close_code: int | None = None
         self.since = now_iso()
-        self.gate: ReplayGate[tuple[Json, str | None]] = ReplayGate()
+        self.gate: ReplayGate[tuple[Json, Frame | None]] = ReplayGate()
         self.frames_out = 0
         # Devices that resume from cursors (iris) get gaps repaired by a resync.
         self.tracks_cursor = dialect.name == "iris"
@@ -86,13 +110,10 @@ class Connection:
     def replaying(self) -> bool:
         return self.gate.replaying
 
-    def start(self) -> None:
-        self._writer = asyncio.create_task(self._write_loop(), name=f"hdg-writer-{self.id}")
-
     # -- queueing (called from the bus handler: synchronous, never awaits)
-    def send_frame(self, text: str) -> None:
-        """Queue a frame that is not sequenced (replies, errors, pongs)."""
-        self._enqueue(text, None)
+    def send_frame(self, frame: Frame) -> None:
+        """Send a frame that is not sequenced (replies, errors, pongs)."""
+        self._enqueue(frame if isinstance(frame, OutFrame) else OutFrame(frame), None)
 
     def send_binary(self, data: bytes) -> None:
         """Queue a binary frame (media.pull data), in order with the text frames."""
@@ -108,7 +129,7 @@ class Connection:
             self._sent.clear()
             await self._sent.wait()
 
-    def offer_event(self, event: Json, text: str | None) -> bool:
+    def offer_event(self, event: Json, frame: Frame | None) -> bool:
         """Queue a sequenced event unless this device already has it.
 
         Returns True when the cursor jumped past events this device never got (they were
@@ -126,96 +147,102 @@ class Connection:
             and 0 < gate.last_cursor < cursor - 1
         ):
             gate.begin_replay()
-            gate.live(cursor, (event, text))
+            gate.live(cursor, (event, frame))
             return True
-        for admitted in gate.live(cursor, (event, text)):
-            self._queue_event(*admitted)
+        if not gate.replaying:
+            if gate.admit(cursor):  # the common case: no tuple, no list per delivery
+                self._queue_event(event, frame)
+            return False
+        gate.live(cursor, (event, frame))  # held until the replay arrives
         return False
 
-    def _queue_event(self, event: Json, text: str | None) -> None:
-        if text is None:
-            return
-        key = None
-        if event.get("type") in COALESCABLE_EVENTS:
-            key = f"{event.get('type')}:{event.get('message_id') or event.get('lane')}"
-        self._enqueue(text, key)
+    def _queue_event(self, event: Json, frame: Frame | None) -> None:
+        if frame is not None:
+            self._enqueue(frame if isinstance(frame, OutFrame) else OutFrame(frame), event)
 
     def begin_replay(self) -> None:
         self.gate.begin_replay()
 
-    def replay_chunk(self, events: list[tuple[Json, str | None]]) -> None:
+    def replay_chunk(self, events: list[tuple[Json, Frame | None]]) -> None:
         for admitted in self.gate.replay_chunk(
-            [(event.get("cursor") or 0, (event, text)) for event, text in events]
+            [(event.get("cursor") or 0, (event, frame)) for event, frame in events]
         ):
             self._queue_event(*admitted)
 
-    def finish_replay(self, events: list[tuple[Json, str | None]]) -> bool:
+    def finish_replay(self, events: list[tuple[Json, Frame | None]]) -> bool:
         """Deliver replayed events, then what arrived live meanwhile, each exactly once.
         True when a hole remains (the caller resyncs from `last_cursor`)."""
-        replayed = [(event.get("cursor") or 0, (event, text)) for event, text in events]
+        replayed = [(event.get("cursor") or 0, (event, frame)) for event, frame in events]
         admitted, gap = self.gate.finish_replay(replayed)
         for item in admitted:
             self._queue_event(*item)
         return gap
 
-    def _enqueue(self, text: str | bytes, key: str | None) -> None:
+    def _enqueue(self, frame: OutFrame | bytes, event: Json | None) -> None:
+        """Write now, else queue (``event``: the sequenced event the frame shows)."""
         if self.closed:
             return
-        if key is not None:
+        queue = self._queue
+        if not queue:
+            # Nothing waits: write on the spot (no task switch, no per-device encoding).
+            wire = self._wire
+            if wire is not None and self._writer is None and isinstance(frame, OutFrame):
+                try:
+                    if wire.write(frame.wire):
+                        self._wrote()
+                        return
+                except WireClosed:
+                    self._ended()
+                    return
+            if queue is None:
+                queue = self._queue = deque()
+        key = None
+        if event is not None and event.get("type") in COALESCABLE_EVENTS:
+            # Only a queued delta can be superseded: no key for a frame written on the spot.
+            key = f"{event.get('type')}:{event.get('message_id') or event.get('lane')}"
+        if key is not None and self._coalesce is not None:
             previous = self._coalesce.get(key)
-            if previous is not None and previous.text is not None:
+            if previous is not None and previous.frame is not None:
                 # The queued delta is stale: drop it, append the newest at the tail so
                 # cursors stay in order on the wire.
-                previous.text = None
+                previous.frame = None
                 self._live -= 1
-        if self._waiter is not None and not self._queue and isinstance(text, str):
-            self._send_now(text)  # the writer is idle: no queue, no task switch
-            return
         if self._live >= self._max:
             log.warning("closing slow device conn=%s queued=%d", self.id, self._live)
             self.closed = True
             self.close_code = CLOSE_SLOW_CONSUMER
-            self._queue.clear()
-            self._wakeup()
+            queue.clear()
+            self._live = 0
+            self._start_writer()
             return
-        item = _Item(text, key)
+        item = _Item(frame, key)
         if key is not None:
+            if self._coalesce is None:
+                self._coalesce = {}
             self._coalesce[key] = item
-        self._queue.append(item)
+        queue.append(item)
         self._live += 1
-        if self._waiter is not None:
-            self._wakeup()
+        self._start_writer()
 
-    def _send_now(self, text: str) -> None:
-        """Write a frame on the spot. A send that completes without waiting (the socket
-        is writable) costs no task switch, as on a broadcast; one that has to wait is
-        handed to the writer, which finishes it before anything queued after it."""
-        coro: Any = self._send_text(text)  # a coroutine, stepped here instead of in a task
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            self.frames_out += 1
-            if self._sent is not None:
-                self._sent.set()
-            return
-        except Exception as exc:  # a dead socket ends this connection only
-            log.debug("send to conn=%s failed: %s", self.id, type(exc).__name__)
-            self.closed = True
-            if self._sent is not None:
-                self._sent.set()
-            if self._writer is not None:
-                self._writer.cancel()
-            return
-        self._inflight = (coro, yielded)
-        self._wakeup()
-
-    def _wakeup(self) -> None:
-        """Wake the writer (if it waits) and anyone pacing on the queue."""
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _wrote(self) -> None:
+        self.frames_out += 1
         if self._sent is not None:
             self._sent.set()
+
+    def _ended(self) -> None:
+        """The socket is gone: this connection ends, nothing more is written."""
+        self.closed = True
+        if self._queue:
+            self._queue.clear()
+        self._live = 0
+        if self._sent is not None:
+            self._sent.set()
+
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            self._writer = asyncio.get_running_loop().create_task(
+                self._write_loop(), name=f"hdg-writer-{self.id}"
+            )
 
     @property
     def queued(self) -> int:
@@ -225,48 +252,50 @@ class Connection:
     def max_frames(self) -> int:
         return self._max
 
+    async def _write(self, frame: OutFrame | bytes) -> None:
+        if isinstance(frame, bytes):
+            assert self._send_bytes is not None
+            await self._send_bytes(frame)
+            return
+        wire = self._wire
+        if wire is None:
+            await self._send_text(frame.text)
+            return
+        data = frame.wire
+        while not wire.write(data):
+            await wire.drained()
+
     async def _write_loop(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Drain the queue in order, then close if asked to; ends when nothing waits."""
         try:
-            while True:
-                if not self._queue and not self.closed and self._inflight is None:
-                    self._waiter = loop.create_future()
-                    await self._waiter
-                if self._inflight is not None:
-                    coro, yielded = self._inflight
-                    self._inflight = None
-                    await _finish(coro, yielded)
-                    self.frames_out += 1
-                    if self._sent is not None:
-                        self._sent.set()
-                while self._queue:
-                    item = self._queue.popleft()
-                    if item.key is not None and self._coalesce.get(item.key) is item:
-                        del self._coalesce[item.key]
-                    if item.text is None:
-                        continue
-                    self._live -= 1
-                    if isinstance(item.text, bytes):
-                        assert self._send_bytes is not None
-                        await self._send_bytes(item.text)
-                    else:
-                        await self._send_text(item.text)
-                    self.frames_out += 1
-                    if self._sent is not None:
-                        self._sent.set()
-                if self.closed:
-                    code = self.close_code or 1000
-                    await self._close(
-                        code, "slow consumer" if code == CLOSE_SLOW_CONSUMER else "closing"
-                    )
-                    return
+            queue = self._queue
+            while queue:
+                item = queue.popleft()
+                if (
+                    item.key is not None
+                    and self._coalesce is not None
+                    and self._coalesce.get(item.key) is item
+                ):
+                    del self._coalesce[item.key]
+                if item.frame is None:
+                    continue
+                self._live -= 1
+                await self._write(item.frame)
+                self._wrote()
+            self._queue = None
+            self._coalesce = None
+            if self.closed:
+                code = self.close_code or 1000
+                await self._close(
+                    code, "slow consumer" if code == CLOSE_SLOW_CONSUMER else "closing"
+                )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a dead socket ends this connection only
             log.debug("writer for conn=%s ended: %s", self.id, type(exc).__name__)
-            self.closed = True
-            if self._sent is not None:
-                self._sent.set()
+            self._ended()
+        finally:
+            self._writer = None
 
     def request_close(self, code: int) -> None:
         """Close after what is queued has been written."""
@@ -274,35 +303,16 @@ class Connection:
             return
         self.closed = True
         self.close_code = code
-        self._wakeup()
+        self._start_writer()
 
     async def stop(self) -> None:
         self.closed = True
-        if self._inflight is not None:
-            self._inflight[0].close()
-            self._inflight = None
         if self._sent is not None:
             self._sent.set()
-        if self._writer is not None and not self._writer.done():
-            self._writer.cancel()
+        writer = self._writer
+        if writer is not None and not writer.done():
+            writer.cancel()
             try:
-                await self._writer
+                await writer
             except (asyncio.CancelledError, Exception):
                 pass
-
-
-async def _finish(coro: Any, yielded: Any) -> None:
-    """Drive a coroutine that suspended outside any task (on ``yielded``) to its end."""
-    while True:
-        try:
-            if yielded is None:
-                await asyncio.sleep(0)
-            else:
-                await yielded
-        except BaseException:
-            coro.close()
-            raise
-        try:
-            yielded = coro.send(None)
-        except StopIteration:
-            return

@@ -15,6 +15,8 @@ P = TypeVar("P")
 
 
 class ReplayGate(Generic[P]):
+    __slots__ = ("_held", "last_cursor", "replaying")
+
     def __init__(self, last_cursor: int = 0) -> None:
         self.last_cursor = last_cursor
         self.replaying = False
@@ -28,11 +30,15 @@ class ReplayGate(Generic[P]):
         return self._admit(cursor, payload)
 
     def _admit(self, cursor: int, payload: P) -> list[P]:
+        return [payload] if self.admit(cursor) else []
+
+    def admit(self, cursor: int) -> bool:
+        """Outside a replay: whether an event with this cursor is new (and now delivered)."""
         if cursor:
             if cursor <= self.last_cursor:
-                return []
+                return False
             self.last_cursor = cursor
-        return [payload]
+        return True
 
     def begin_replay(self) -> None:
         self.replaying = True

@@ -2,7 +2,8 @@
 
 EdgeError            root
 ├── FrameRejected    one frame is bad: answer with an error frame, keep the connection
-└── ConnectionEnded  the connection must close with `close_code`
+├── ConnectionEnded  the connection must close with `close_code`
+└── WireClosed       a direct frame write found the socket closing (edge.wire)
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ class ConnectionEnded(EdgeError):
         super().__init__(reason)
         self.close_code = close_code
         self.reason = reason
+
+
+class WireClosed(EdgeError):
+    """The socket is gone or closing: nothing more may be written to it."""
 
 
 # Close codes the apps can act on (documented in docs/protocol/).

@@ -23,6 +23,7 @@ from .dialects import Dialect
 from .dialects.iris import IrisDialect
 from .dialects.pheby import PhebyDialect
 from .errors import CLOSE_SERVICE_RESTART
+from .wire import OutFrame
 
 if TYPE_CHECKING:
     from .media import MediaFrames
@@ -134,12 +135,12 @@ class Hub:
         if event.get("type") == "_control":
             self._control(conns, event)
             return
-        encoded: dict[str, str | None] = {}
+        encoded: dict[str, OutFrame | None] = {}
         for conn in list(conns.values()):
             name = conn.dialect.name
             if name not in encoded:
                 frame = conn.dialect.encode_event(event)
-                encoded[name] = encode(frame) if frame is not None else None
+                encoded[name] = OutFrame(encode(frame)) if frame is not None else None
             if conn.offer_event(event, encoded[name]):
                 asyncio.get_running_loop().create_task(self._resync(conn))
 
@@ -227,7 +228,7 @@ class Hub:
         if body.get("fresh") and isinstance(head, int):
             # A fresh device starts at the head: older events are history, not a gap.
             conn.last_cursor = head
-        events = []
+        events: list[tuple[Json, OutFrame | str | None]] = []
         for event in body.get("events") or []:
             frame = conn.dialect.encode_event(event)
             events.append((event, encode(frame) if frame is not None else None))

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 
 class TokenBucket:
+    __slots__ = ("_at", "_clock", "_tokens", "burst", "rate")
+
     def __init__(
         self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic
     ) -> None:

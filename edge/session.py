@@ -38,6 +38,7 @@ from .errors import (
 )
 from .hub import DIALECTS, Hub, encode
 from .ratelimit import TokenBucket
+from .wire import UvicornWire as Wire
 
 log = logging.getLogger("hdg.edge.session")
 
@@ -79,8 +80,11 @@ async def _receive_frame(ws: WebSocket) -> str | None:
 
 
 class DeviceSession:
-    def __init__(self, ws: WebSocket, hub: Hub, *, send_queue_frames: int = 1024) -> None:
+    def __init__(
+        self, ws: WebSocket, hub: Hub, *, send_queue_frames: int = 1024, wire: Wire | None = None
+    ) -> None:
         self.ws = ws
+        self.wire = wire
         self.hub = hub
         self.bus = hub.bus
         self.source = ws.client.host if ws.client else "unknown"
@@ -93,6 +97,8 @@ class DeviceSession:
 
     async def run(self) -> None:
         await self.ws.accept()
+        if self.wire is not None:
+            self.wire.release_handshake()
         try:
             if await self.bus.lockout_count(self.source) >= LOCKOUT_FAILURES:
                 metrics.LOCKOUTS.inc()
@@ -226,6 +232,7 @@ class DeviceSession:
             self.ws.close,
             self.send_queue_frames,
             send_bytes=self.ws.send_bytes,
+            wire=self.wire,
         )
         if dialect == "iris":
             cursor = hello.get("cursor")
@@ -235,7 +242,6 @@ class DeviceSession:
             conn.last_cursor = cursor or 0
             conn.begin_replay()
         await self.hub.attach(conn)
-        conn.start()
         if dialect == "pheby":
             ready: Json = {
                 "type": "ready",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from edge.connection import Connection
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
-from edge.errors import CLOSE_SLOW_CONSUMER
+from edge.errors import CLOSE_SLOW_CONSUMER, WireClosed
 
 Json = dict[str, Any]
 
@@ -94,7 +94,7 @@ async def make() -> AsyncIterator[Callable[..., tuple[Connection, Socket]]]:
             max_frames=max_frames,
         )
         conn.last_cursor = last_cursor
-        conn.start()
+
         made.append(conn)
         return conn, socket
 
@@ -371,7 +371,7 @@ def test_a_slow_device_gets_every_complete_and_the_newest_delta_in_cursor_order(
     async def scenario() -> list[str]:
         socket = Socket()
         conn = Connection("c", PhebyDialect(), "t", "d", socket.send_text, socket.close)
-        conn.start()
+
         try:
             socket.block()
             conn.send_frame(json.dumps({"first": True}))
@@ -446,7 +446,7 @@ def flaky_doorbell(actions: list[tuple[str, int | None]]) -> tuple[list[int], li
 async def _flaky_doorbell(actions: list[tuple[str, int | None]]) -> tuple[list[int], list[int]]:
     socket = Socket()
     conn = Connection("c", IrisDialect(), "t", "d", socket.send_text, socket.close)
-    conn.start()
+
     outbox: list[Json] = [{"type": "run.finished", "cursor": 1, "message_id": None}]
     next_cursor = 2
     conn.offer_event(outbox[0], json.dumps(outbox[0]))  # the device is past cursor 1
@@ -560,3 +560,152 @@ def test_an_iris_device_behind_a_flaky_doorbell_ends_with_every_event_once_in_or
     actions: list[tuple[str, int | None]],
 ) -> None:
     assert_every_event_once_in_order(*flaky_doorbell(actions))
+
+
+# --------------------------------------------------------------------------- direct wire
+#
+# On uvicorn a connection writes pre-framed bytes straight to the socket (edge.wire) and
+# needs a writer task only while the socket's buffer is over its high-water mark.
+
+
+class PausableWire:
+    """A socket buffer that can be paused (over its high-water mark) or closed."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.paused = False
+        self.closing = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+
+    def write(self, frame: bytes) -> bool:
+        if self.closing:
+            raise WireClosed("closing")
+        if self.paused:
+            return False
+        self.written.append(parse_frame(frame))
+        return True
+
+    async def drained(self) -> None:
+        await self._drained.wait()
+
+    def pause(self) -> None:
+        self.paused = True
+        self._drained.clear()
+
+    def resume(self) -> None:
+        self.paused = False
+        self._drained.set()
+
+
+def parse_frame(frame: bytes) -> str:
+    assert frame[0] == 0x81
+    size, start = frame[1], 2
+    if size == 126:
+        size, start = int.from_bytes(frame[2:4], "big"), 4
+    assert len(frame) == start + size
+    return frame[start:].decode()
+
+
+def wired(
+    dialect: str = "pheby", max_frames: int = 1024
+) -> tuple[Connection, PausableWire, Socket]:
+    wire, socket = PausableWire(), Socket()
+    codec = PhebyDialect() if dialect == "pheby" else IrisDialect()
+    conn = Connection(
+        "conn-w", codec, "t", "d", socket.send_text, socket.close, max_frames, wire=wire
+    )
+    return conn, wire, socket
+
+
+async def test_a_frame_to_a_writable_socket_is_written_on_the_spot_without_a_task() -> None:
+    conn, wire, socket = wired()
+    conn.send_frame("hello.ack")
+    offer(conn, ev(1))
+    assert wire.written == ["hello.ack", "message.complete#1@m1"]
+    assert conn.frames_out == 2 and conn.queued == 0
+    assert conn._writer is None and conn._queue is None
+    assert socket.sent == [], "the ASGI path is not used"
+
+
+async def test_frames_for_a_paused_socket_queue_coalesce_and_follow_in_order() -> None:
+    conn, wire, _ = wired()
+    offer(conn, ev(1, "message.delta", "a"))
+    wire.pause()
+    offer(conn, ev(2, "message.delta", "a"))
+    offer(conn, ev(3, "message.complete", "b"))
+    offer(conn, ev(4, "message.delta", "a"))
+    conn.send_frame("pong")
+    assert conn.queued == 3  # the delta of cursor 2 was written or superseded, never both
+    wire.resume()
+    await eventually(lambda: conn.queued == 0 and conn._writer is None)
+    assert wire.written == [
+        "message.delta#1@a",
+        "message.complete#3@b",
+        "message.delta#4@a",
+        "pong",
+    ]
+    conn.send_frame("after")
+    assert wire.written[-1] == "after" and conn._writer is None
+
+
+async def test_a_closing_socket_ends_the_connection_and_drops_later_frames() -> None:
+    conn, wire, _ = wired()
+    wire.closing = True
+    conn.send_frame("lost")
+    assert conn.closed
+    assert offer(conn, ev(1)) is False
+    assert wire.written == []
+
+
+async def test_request_close_on_an_idle_wired_connection_closes_with_the_code() -> None:
+    conn, wire, socket = wired()
+    conn.send_frame("bye")
+    conn.request_close(4403)
+    await eventually(lambda: bool(socket.closes))
+    assert socket.closes == [(4403, "closing")] and wire.written == ["bye"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from(["message.delta", "message.complete"]), st.integers(0, 2)),
+            st.tuples(st.sampled_from(["pause", "resume", "drain"]), st.just(0)),
+        ),
+        max_size=60,
+    )
+)
+def test_a_paused_and_resumed_socket_gets_every_complete_and_the_newest_delta_in_order(
+    steps: list[tuple[str, int]],
+) -> None:
+    async def scenario() -> tuple[list[str], list[tuple[int, str, int]]]:
+        conn, wire, _ = wired()
+        offered: list[tuple[int, str, int]] = []
+        cursor = 0
+        for kind, message in steps:
+            if kind == "pause":
+                wire.pause()
+            elif kind == "resume":
+                wire.resume()
+            elif kind == "drain":
+                for _ in range(3):
+                    await asyncio.sleep(0)
+            else:
+                cursor += 1
+                offered.append((cursor, kind, message))
+                offer(conn, ev(cursor, kind, f"m{message}"))
+        wire.resume()
+        await eventually(lambda: conn.queued == 0 and conn._writer is None)
+        await conn.stop()
+        return wire.written, offered
+
+    written, offered = asyncio.run(scenario())
+    cursors = [int(text.split("#")[1].split("@")[0]) for text in written]
+    assert cursors == sorted(set(cursors))
+    completes = [c for c, kind, _ in offered if kind == "message.complete"]
+    assert [c for c in cursors if c in completes] == completes
+    for message in range(3):
+        deltas = [c for c, kind, m in offered if kind == "message.delta" and m == message]
+        if deltas:
+            assert deltas[-1] in cursors
