@@ -1,7 +1,8 @@
 """The `android` platform adapter: a thin shell between Hermes and the Controller.
 
 Hermes calls these methods on its event loop; each turns into a controller call. The
-adapter also implements the AgentPort through which the controller reaches Hermes.
+adapter also implements the AgentPort through which the controller reaches Hermes; its
+media send methods (files stored as attachments) are `adapter_media.MediaSendsMixin`.
 Hermes types come from `hermes_bridge`, the one module that imports Hermes.
 """
 
@@ -18,8 +19,8 @@ from canonical.errors import BusUnavailable, SettingsError
 from canonical.protocol import new_id, now_iso
 from canonical.settings import GatewaySettings, require_token
 
-from . import attachment_flow, attachments
 from . import hermes_bridge as hb
+from .adapter_media import MediaSendsMixin
 from .channel_store import ChannelError
 from .controller import Controller
 
@@ -29,7 +30,7 @@ Lane = tuple[str, str | None]
 SendResult = hb.SendResult
 
 
-class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
+class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[misc]
     """The `android` platform: Hermes on one side, the device bus on the other."""
 
     SUPPORTS_MESSAGE_EDITING = True
@@ -226,156 +227,6 @@ class AndroidAdapter(hb.BasePlatformAdapter):  # type: ignore[misc]
         lane = self._lane(chat_id, metadata) if metadata else (chat_id, None)
         if lane is not None:
             self.controller.typing(lane, False)
-
-    # -- deliverables (Hermes' MEDIA: pipeline): stored, announced with attachment.added
-    async def _deliver(
-        self,
-        chat_id: str,
-        path: str | Path,
-        caption: str | None,
-        metadata: dict[str, Any] | None,
-        *,
-        filename: str | None = None,
-        kind: str | None = None,
-        checked: bool = False,
-    ) -> Any:
-        """SendResult for a stored deliverable, or None when it cannot be delivered."""
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return None
-        source = Path(path) if checked else hb.deliverable_path(str(path))
-        if source is None:
-            log.warning("android: refusing to deliver a file Hermes does not allow")
-            return None
-        try:
-            if caption:
-                await self.send(chat_id, caption, metadata=metadata)
-            record = await attachment_flow.deliver(
-                self.controller, lane, source, filename=filename, kind=kind
-            )
-        except (attachments.AttachmentError, OSError) as exc:
-            log.warning("android: deliverable not stored: %s", exc)
-            return None
-        return SendResult(success=True, message_id=record.attachment_id)
-
-    async def send_image_file(
-        self,
-        chat_id: str,
-        image_path: str,
-        caption: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        result = await self._deliver(chat_id, image_path, caption, metadata)
-        if result is None:
-            return await super().send_image_file(
-                chat_id, image_path, caption, reply_to, metadata, **kwargs
-            )
-        return result
-
-    async def send_document(
-        self,
-        chat_id: str,
-        file_path: str,
-        caption: str | None = None,
-        file_name: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        result = await self._deliver(
-            chat_id, file_path, caption, metadata, filename=file_name, kind="document"
-        )
-        if result is None:
-            return await super().send_document(
-                chat_id, file_path, caption, file_name, reply_to, metadata, **kwargs
-            )
-        return result
-
-    async def send_voice(
-        self,
-        chat_id: str,
-        audio_path: str,
-        caption: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        result = await self._deliver(chat_id, audio_path, caption, metadata, kind="voice")
-        if result is None:
-            return await super().send_voice(
-                chat_id, audio_path, caption, reply_to, metadata, **kwargs
-            )
-        return result
-
-    async def send_video(
-        self,
-        chat_id: str,
-        video_path: str,
-        caption: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        result = await self._deliver(chat_id, video_path, caption, metadata, kind="video")
-        if result is None:
-            return await super().send_video(
-                chat_id, video_path, caption, reply_to, metadata, **kwargs
-            )
-        return result
-
-    async def send_image(
-        self,
-        chat_id: str,
-        image_url: str,
-        caption: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Any:
-        """An image URL: fetched (Hermes' SSRF-checked download) and stored like a file;
-        if that fails, the URL goes out as text (Hermes' default)."""
-        result = None
-        try:
-            fetched = await hb.fetch_image(image_url)
-        except Exception as exc:
-            log.info("android: image URL not fetched (%s); sending it as text", type(exc).__name__)
-        else:
-            name = Path(image_url.split("?", 1)[0]).name or fetched.name
-            result = await self._deliver(
-                chat_id, fetched, caption, metadata, filename=name, kind="image", checked=True
-            )
-        if result is None:
-            return await super().send_image(chat_id, image_url, caption, reply_to, metadata)
-        return result
-
-    async def send_animation(
-        self,
-        chat_id: str,
-        animation_url: str,
-        caption: str | None = None,
-        reply_to: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Any:
-        return await self.send_image(chat_id, animation_url, caption, reply_to, metadata)
-
-    async def send_multiple_images(
-        self,
-        chat_id: str,
-        images: list[tuple[str, str]],
-        metadata: dict[str, Any] | None = None,
-        human_delay: float = 0.0,
-    ) -> None:
-        """Each image is its own attachment: ``file://`` paths and URLs alike."""
-        from urllib.parse import unquote
-
-        for image_url, alt_text in images:
-            if image_url.startswith("file://"):
-                await self.send_image_file(
-                    chat_id, unquote(image_url[7:]), alt_text or None, metadata=metadata
-                )
-            else:
-                await self.send_image(chat_id, image_url, alt_text or None, metadata=metadata)
 
     async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
         entry = self.controller.channels.get(chat_id, None) if self.controller else None

@@ -5,18 +5,24 @@ in another process calls the platform's `standalone_sender_fn` instead: it resol
 target through the channel directory and appends the delivery straight to the outbox
 (SQLite, safe across processes); a running controller notices the new cursor and
 publishes it, and devices otherwise get it by replay. Nothing goes through the memory bus,
-which only exists inside the gateway.
+which only exists inside the gateway. Files the run delivers (Hermes' ``MEDIA:`` tags) are
+stored in the attachment registry and announced with ``attachment.added``, as the
+gateway's media send methods (``adapter_media``) do.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from canonical.protocol import new_id
+from canonical.settings import GatewaySettings
 
+from .attachment_flow import added_event
+from .attachments import AttachmentError, AttachmentRegistry
 from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
 from .outbox import Outbox
 from .turns import TurnTracker
@@ -25,6 +31,16 @@ log = logging.getLogger("hdg.plugin.delivery")
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
+Deliverable = tuple[Path, str | None]  # a file to deliver and its attachment kind
+
+# The attachment kind each of Hermes' media send methods stores (None: classified from
+# the file). Hermes routes a MEDIA: file to one of them by its extension.
+MEDIA_KINDS: dict[str, str | None] = {
+    "send_image_file": None,
+    "send_voice": "voice",
+    "send_video": "video",
+    "send_document": "document",
+}
 
 _CRON_HEADER = re.compile(r"^Cronjob Response: (?P<name>.*)\n\(job_id: (?P<id>[^)]+)\)\n")
 
@@ -65,20 +81,26 @@ def resolve_target(channels: ChannelDirectory, chat_id: str, thread_id: str | No
 
 
 def append_delivery(
+    settings: GatewaySettings,
     data_dir: Path,
-    home_channel: str,
+    tenant: str,
     chat_id: str,
     thread_id: str | None,
     text: str,
     job_id: str | None = None,
+    media: Sequence[Deliverable] = (),
 ) -> Json:
-    channels = ChannelDirectory(data_dir / "channels.db", home_channel)
+    """A delivery from a process without the gateway: the cron run's events, then one
+    ``attachment.added`` per stored file, appended to the outbox in one transaction."""
+    channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
     outbox = Outbox(data_dir / "outbox.db")
     try:
         channels.ensure_default()
         entry = resolve_target(channels, chat_id, thread_id)
-        sequenced = outbox.append(cron_delivery_events(entry, text, job_id))
-        return {"success": True, "message_id": f"cron-{sequenced[-1]['cursor']}-{new_id(4)}"}
+        run = cron_delivery_events(entry, text, job_id)
+        added = _store_media(settings, data_dir, tenant, entry, media) if media else []
+        cursor = outbox.append(run + added)[len(run) - 1]["cursor"]
+        return {"success": True, "message_id": f"cron-{cursor}-{new_id(4)}"}
     except ChannelError as exc:
         log.error(
             "android: cron delivery target %r thread %r not found (%s); not delivered",
@@ -92,6 +114,37 @@ def append_delivery(
     finally:
         outbox.close()
         channels.close()
+
+
+def _store_media(
+    settings: GatewaySettings,
+    data_dir: Path,
+    tenant: str,
+    entry: ChannelEntry,
+    media: Sequence[Deliverable],
+) -> list[Json]:
+    """Copy each file into the attachment registry the controller serves (its storage
+    root and tenant); the ``attachment.added`` events. A file that cannot be stored is
+    logged and skipped, the others are delivered."""
+    registry = AttachmentRegistry(
+        data_dir / "attachments.db",
+        settings.attachments_dir or data_dir / "attachments",
+        tenant,
+        retention_days=settings.attachment_retention_days,
+        max_bytes=settings.max_upload_bytes,
+    )
+    events: list[Json] = []
+    try:
+        for path, kind in media:
+            try:
+                record = registry.add_outbound(path, entry, kind=kind)
+            except (AttachmentError, OSError) as exc:
+                log.warning("android: cron deliverable not stored: %s", exc)
+                continue
+            events.append(added_event(record))
+    finally:
+        registry.close()
+    return events
 
 
 def cron_targets(

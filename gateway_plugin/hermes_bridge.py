@@ -360,7 +360,8 @@ async def standalone_send(
     force_document: bool = False,
     **_: Any,
 ) -> dict[str, Any]:
-    """Hermes' standalone_sender_fn: cron run by the CLI, with or without a gateway running."""
+    """Hermes' standalone_sender_fn: cron run by the CLI, with or without a gateway running.
+    ``media_files`` are Hermes' (path, is_voice) pairs: stored as attachments."""
     from .delivery import append_delivery
 
     try:
@@ -370,9 +371,51 @@ async def standalone_send(
     home = Path(get_hermes_home())
     data_dir = settings.data_dir or home / PLATFORM
     job_id = get_session_env("HERMES_CRON_JOB_ID") or None
+    media = deliverables(media_files, force_document=force_document)
     return await asyncio.to_thread(
-        append_delivery, data_dir, settings.home_channel, chat_id, thread_id, message, job_id
+        append_delivery,
+        settings,
+        data_dir,
+        tenant_for(settings, home),
+        chat_id,
+        thread_id,
+        message,
+        job_id,
+        media,
     )
+
+
+def deliverables(
+    media_files: Any, *, force_document: bool = False
+) -> list[tuple[Path, str | None]]:
+    """(path, attachment kind) of each file Hermes may deliver, routed to a kind as Hermes'
+    cron routes a MEDIA: file to an adapter's send method (``_send_media_via_adapter``):
+    audio → voice, video, image file, else document."""
+    from cron.scheduler import _IMAGE_EXTS, _VIDEO_EXTS
+    from gateway.platforms.base import should_send_media_as_audio
+
+    from .delivery import MEDIA_KINDS
+
+    out: list[tuple[Path, str | None]] = []
+    for item in media_files or []:
+        raw, is_voice = item if isinstance(item, tuple | list) else (item, False)
+        path = deliverable_path(str(raw))
+        if path is None:
+            log.warning("android: refusing to deliver a file Hermes does not allow")
+            continue
+        ext = path.suffix.lower()
+        if force_document:
+            method = "send_document"
+        elif should_send_media_as_audio(PLATFORM, ext, is_voice=bool(is_voice)):
+            method = "send_voice"
+        elif ext in _VIDEO_EXTS:
+            method = "send_video"
+        elif ext in _IMAGE_EXTS:
+            method = "send_image_file"
+        else:
+            method = "send_document"
+        out.append((path, MEDIA_KINDS[method]))
+    return out
 
 
 def register_platform(ctx: Any) -> None:

@@ -11,11 +11,14 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from canonical.client import DeviceClient
+from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
+from tests.e2e.test_attachments import auth, base_url
 from tests.harness.processes import VENV_BIN, scrubbed_environ
 
 Json = dict[str, Any]
@@ -340,6 +343,40 @@ async def test_cron_delivers_by_target_and_by_name_and_is_marked_as_cron(
             lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start
         )
         assert message["chat_id"] == channel["chat_id"] and message["cron_job"]["name"] == name
+
+
+async def test_cron_run_from_the_cli_delivers_its_media_as_attachments(
+    deployment: Deployment,
+) -> None:
+    phone = await deployment.iris("phone")
+    created = _hermes(
+        deployment,
+        "cron",
+        "create",
+        "--name",
+        "charted",
+        "--deliver",
+        "android:android:default",
+        "every 2h",
+        "[media] draw the nightly chart",
+    )
+    assert created.returncode == 0, created.stderr
+    start = len(phone.frames)
+    ran = _hermes(deployment, "cron", "run", _job_id(deployment, "charted"))
+    assert "Traceback" not in ran.stderr, ran.stderr
+    message = await phone.wait_for(
+        lambda f: f.get("type") == "message" and f.get("kind") == "cron", 60, start
+    )
+    assert message["chat_id"] == "android:default" and "MEDIA:" not in message["text"]
+    offer = await phone.wait_type("media.offer", 30, start)
+    assert offer["chat_id"] == "android:default" and offer["direction"] == "outbound"
+    assert offer["kind"] == "image" and offer["inline_image"] is True
+    async with httpx.AsyncClient(timeout=60) as http:
+        got = await http.get(
+            f"{base_url(deployment)}/attachments/{offer['media_id']}",
+            headers=auth(deployment.token),
+        )
+    assert got.status_code == 200 and got.content == media_png_bytes()
 
 
 async def test_cron_to_a_thread_and_to_an_unknown_target(deployment: Deployment) -> None:
