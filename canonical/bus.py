@@ -27,6 +27,9 @@ BusHandler = Callable[[str, str, bytes], None]
 
 PREFIX = "hdg"
 TENANTS_KEY = f"{PREFIX}:tenants"
+# Token digests whose tenant mapping changed (payload: the digest): edges drop them from
+# their tenant cache (redis_bus.TenantCache).
+TENANTS_CHANGED = f"{PREFIX}:tenants:changed"
 CONSUMER_GROUP = "plugin"
 
 
@@ -111,6 +114,10 @@ class Bus(abc.ABC):
     async def ack(self, tenant: str, entry_id: str) -> None: ...
 
     @abc.abstractmethod
+    async def ack_many(self, tenant: str, entry_ids: list[str]) -> None:
+        """Ack several entries in one round trip."""
+
+    @abc.abstractmethod
     async def reclaim(
         self, tenant: str, consumer: str, min_idle_ms: int = 0
     ) -> list[tuple[str, Json]]:
@@ -121,7 +128,15 @@ class Bus(abc.ABC):
     async def publish(self, tenant: str, payload: bytes) -> None: ...
 
     @abc.abstractmethod
+    async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
+        """Several events of one tenant in one round trip, in order."""
+
+    @abc.abstractmethod
     async def reply(self, edge_id: str, payload: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def reply_many(self, replies: list[tuple[str, bytes]]) -> None:
+        """Several (edge_id, payload) direct replies in one round trip, in order."""
 
     @abc.abstractmethod
     def subscription(
@@ -148,6 +163,18 @@ class Bus(abc.ABC):
         self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
     ) -> None:
         """Mark a device online (info) until ttl_s from now, or offline (None)."""
+
+    @abc.abstractmethod
+    async def device_online(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> None:
+        """A device passed hello: queue its `command` for the plugin (the iris hello; None
+        for pheby) and mark it online, in one round trip. Raises BusUnavailable."""
 
     @abc.abstractmethod
     async def presence(self, tenant: str) -> dict[str, Json]:

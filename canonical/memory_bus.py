@@ -106,6 +106,11 @@ class MemoryBus(Bus):
     async def ack(self, tenant: str, entry_id: str) -> None:
         self._stream(tenant).pending.pop(entry_id, None)
 
+    async def ack_many(self, tenant: str, entry_ids: list[str]) -> None:
+        pending = self._stream(tenant).pending
+        for entry_id in entry_ids:
+            pending.pop(entry_id, None)
+
     async def reclaim(
         self, tenant: str, consumer: str, min_idle_ms: int = 0
     ) -> list[tuple[str, Json]]:
@@ -125,10 +130,18 @@ class MemoryBus(Bus):
             if tenant in sub.tenants:
                 sub.handler("event", tenant, payload)
 
+    async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
+        for payload in payloads:
+            await self.publish(tenant, payload)
+
     async def reply(self, edge_id: str, payload: bytes) -> None:
         for sub in list(self._subs):
             if sub.edge_id == edge_id:
                 sub.handler("direct", edge_id, payload)
+
+    async def reply_many(self, replies: list[tuple[str, bytes]]) -> None:
+        for edge_id, payload in replies:
+            await self.reply(edge_id, payload)
 
     def subscription(
         self,
@@ -162,6 +175,18 @@ class MemoryBus(Bus):
             devices.pop(device_id, None)
         else:
             devices[device_id] = {**info, "expires": time.time() + ttl_s}
+
+    async def device_online(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> None:
+        if command is not None:
+            await self.submit(tenant, command)
+        await self.set_presence(tenant, device_id, info, ttl_s)
 
     async def presence(self, tenant: str) -> dict[str, Json]:
         now = time.time()

@@ -1,4 +1,10 @@
-"""The scaled bus on Redis: a stream with a consumer group per tenant, pub/sub doorbells."""
+"""The scaled bus on Redis: a stream with a consumer group per tenant, pub/sub doorbells.
+
+Two kinds of connection: redis-py for what blocks or holds a connection (XREADGROUP BLOCK,
+XAUTOCLAIM, pub/sub), and one auto-pipelined connection (redis_mux) for every other
+command, so a storm of hellos costs few round trips and no pool checkouts. Edges keep a
+short-lived token-digest → tenant cache, invalidated through the bus (tenant_cache).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .bus import (
     CONSUMER_GROUP,
+    TENANTS_CHANGED,
     TENANTS_KEY,
     Bus,
     BusHandler,
@@ -32,6 +39,8 @@ from .bus import (
     token_digest,
 )
 from .errors import BusUnavailable
+from .redis_mux import Command, RedisMux
+from .tenant_cache import TenantCache
 
 log = logging.getLogger("hdg.bus")
 
@@ -72,7 +81,7 @@ class _RedisSubscription(Subscription):
             log.warning("bus subscription not ready yet; retrying in the background")
 
     def _channels(self) -> list[str]:
-        return [self._edge_channel, *(event_channel(t) for t in self._tenants)]
+        return [self._edge_channel, TENANTS_CHANGED, *(event_channel(t) for t in self._tenants)]
 
     async def _run(self) -> None:
         delay = 0.1
@@ -91,6 +100,7 @@ class _RedisSubscription(Subscription):
                 if removed:
                     await pubsub.unsubscribe(*removed)
                 self.connected = True
+                self._bus.tenants.attach(self)
                 self._ready.set()
                 delay = 0.1
                 if not first and self._on_reconnect is not None:
@@ -103,7 +113,9 @@ class _RedisSubscription(Subscription):
                     if isinstance(channel, bytes):
                         channel = channel.decode()
                     data = message["data"]
-                    if channel == self._edge_channel:
+                    if channel == TENANTS_CHANGED:
+                        self._bus.tenants.forget(data.decode() if isinstance(data, bytes) else data)
+                    elif channel == self._edge_channel:
                         self._handler("direct", self._edge_channel, data)
                     else:
                         # hdg:{tenant}:ev
@@ -113,6 +125,7 @@ class _RedisSubscription(Subscription):
                 raise
             except (*_DOWN, RedisError) as exc:
                 self.connected = False
+                self._bus.tenants.detach(self)
                 self._pubsub = None
                 log.warning(
                     "bus subscription lost (%s); reconnecting in %.1fs", type(exc).__name__, delay
@@ -147,6 +160,7 @@ class _RedisSubscription(Subscription):
 
     async def close(self) -> None:
         self._closed = True
+        self._bus.tenants.detach(self)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -158,9 +172,13 @@ class _RedisSubscription(Subscription):
 class RedisBus(Bus):
     def __init__(self, url: str) -> None:
         self.url = url
+        # Blocking stream reads, consumer groups and pub/sub.
         self.client: Any = aioredis.from_url(  # type: ignore[no-untyped-call]
             url, socket_connect_timeout=2.0, socket_timeout=None, health_check_interval=15
         )
+        # Every other command: one connection, pipelined across concurrent callers.
+        self.mux = RedisMux(url)
+        self.tenants = TenantCache()
         self._groups: set[str] = set()
 
     async def _ensure_group(self, tenant: str) -> str:
@@ -175,52 +193,46 @@ class RedisBus(Bus):
         return stream
 
     async def register_tenant(self, tenant: str, token: str, ttl_s: int = 30) -> None:
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.hset(TENANTS_KEY, token_digest(token), tenant)
-                pipe.set(tenant_alive_key(tenant), "1", ex=ttl_s)
-                await pipe.execute()
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        digest = token_digest(token)
+        previous, _, _ = await self.mux.pipeline(
+            [
+                ("HGET", TENANTS_KEY, digest),
+                ("HSET", TENANTS_KEY, digest, tenant),
+                ("SET", tenant_alive_key(tenant), "1", "EX", ttl_s),
+            ]
+        )
+        if previous is None or previous.decode() != tenant:
+            # New or re-mapped: no edge may keep serving an older answer from its cache.
+            await self.mux.execute("PUBLISH", TENANTS_CHANGED, digest)
 
     async def unregister_tenant(self, tenant: str, token: str) -> None:
-        try:
-            digest = token_digest(token)
-            current = await self.client.hget(TENANTS_KEY, digest)
-            if current is not None and current.decode() == tenant:
-                await self.client.hdel(TENANTS_KEY, digest)
-            await self.client.delete(tenant_alive_key(tenant))
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        digest = token_digest(token)
+        current = await self.mux.execute("HGET", TENANTS_KEY, digest)
+        commands: list[Command] = [("DEL", tenant_alive_key(tenant))]
+        if current is not None and current.decode() == tenant:
+            commands += [("HDEL", TENANTS_KEY, digest), ("PUBLISH", TENANTS_CHANGED, digest)]
+        await self.mux.pipeline(commands)
 
     async def resolve_tenant(self, token: str) -> str | None:
         digest = token_digest(token)
-        try:
-            found = await self.client.hget(TENANTS_KEY, digest)
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        cached = self.tenants.get(digest)
+        if cached is not None:
+            return cached
+        generation = self.tenants.generation
+        found = await self.mux.execute("HGET", TENANTS_KEY, digest)
         if found is None:
             # Spend the same comparison on a miss as on a hit.
             hmac.compare_digest(digest, "0" * len(digest))
             return None
-        return str(found.decode())
+        tenant = str(found.decode())
+        self.tenants.put(digest, tenant, generation)
+        return tenant
 
     async def tenant_alive(self, tenant: str) -> bool:
-        try:
-            return bool(await self.client.exists(tenant_alive_key(tenant)))
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        return bool(await self.mux.execute("EXISTS", tenant_alive_key(tenant)))
 
     async def submit(self, tenant: str, command: Json) -> None:
-        try:
-            await self.client.xadd(
-                command_stream(tenant),
-                {"d": json.dumps(command, separators=(",", ":"))},
-                maxlen=STREAM_MAXLEN,
-                approximate=True,
-            )
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        await self.mux.execute(*_xadd(tenant, command))
 
     async def consume(
         self, tenant: str, consumer: str, count: int = 64, block_ms: int = 1000
@@ -245,10 +257,11 @@ class RedisBus(Bus):
         return out
 
     async def ack(self, tenant: str, entry_id: str) -> None:
-        try:
-            await self.client.xack(command_stream(tenant), CONSUMER_GROUP, entry_id)
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        await self.ack_many(tenant, [entry_id])
+
+    async def ack_many(self, tenant: str, entry_ids: list[str]) -> None:
+        if entry_ids:
+            await self.mux.execute("XACK", command_stream(tenant), CONSUMER_GROUP, *entry_ids)
 
     async def reclaim(
         self, tenant: str, consumer: str, min_idle_ms: int = 0
@@ -273,27 +286,19 @@ class RedisBus(Bus):
         return out
 
     async def publish(self, tenant: str, payload: bytes) -> None:
-        try:
-            await self.client.publish(event_channel(tenant), payload)
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        await self.mux.execute("PUBLISH", event_channel(tenant), payload)
 
     async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
-        """Several events of one tenant in one round trip, in order (a pipeline)."""
         channel = event_channel(tenant)
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for payload in payloads:
-                    pipe.publish(channel, payload)
-                await pipe.execute()
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        await self.mux.pipeline([("PUBLISH", channel, payload) for payload in payloads])
 
     async def reply(self, edge_id: str, payload: bytes) -> None:
-        try:
-            await self.client.publish(edge_channel(edge_id), payload)
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        await self.mux.execute("PUBLISH", edge_channel(edge_id), payload)
+
+    async def reply_many(self, replies: list[tuple[str, bytes]]) -> None:
+        await self.mux.pipeline(
+            [("PUBLISH", edge_channel(edge_id), payload) for edge_id, payload in replies]
+        )
 
     def subscription(
         self,
@@ -305,59 +310,63 @@ class RedisBus(Bus):
 
     async def lockout_hit(self, source: str, window_s: float) -> int:
         key = lockout_key(source)
-        try:
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.incr(key)
-                pipe.expire(key, int(window_s), nx=True)
-                count, _ = await pipe.execute()
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        *_, (count, _) = await self.mux.pipeline(
+            [("MULTI",), ("INCR", key), ("EXPIRE", key, int(window_s), "NX"), ("EXEC",)]
+        )
         return int(count)
 
     async def lockout_count(self, source: str) -> int:
-        try:
-            value = await self.client.get(lockout_key(source))
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
-        return int(value or 0)
+        return int(await self.mux.execute("GET", lockout_key(source)) or 0)
 
     async def tenant_count(self) -> int:
-        try:
-            return int(await self.client.hlen(TENANTS_KEY))
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        return int(await self.mux.execute("HLEN", TENANTS_KEY))
 
     async def set_presence(
         self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
     ) -> None:
-        key = presence_key(tenant)
-        try:
-            if info is None:
-                await self.client.hdel(key, device_id)
-            else:
-                # One hash per tenant; each entry carries its own expiry, and the hash
-                # itself expires when no edge refreshes anything.
-                async with self.client.pipeline(transaction=False) as pipe:
-                    pipe.hset(key, device_id, json.dumps({**info, "expires": time.time() + ttl_s}))
-                    pipe.expire(key, int(ttl_s) + 5)
-                    await pipe.execute()
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        if info is None:
+            await self.mux.execute("HDEL", presence_key(tenant), device_id)
+        else:
+            await self.mux.pipeline(_presence(tenant, device_id, info, ttl_s))
+
+    async def device_online(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> None:
+        commands = _presence(tenant, device_id, info, ttl_s)
+        await self.mux.pipeline(
+            commands if command is None else [_xadd(tenant, command), *commands]
+        )
 
     async def presence(self, tenant: str) -> dict[str, Json]:
-        try:
-            raw = await self.client.hgetall(presence_key(tenant))
-        except _DOWN as exc:
-            raise BusUnavailable(str(exc)) from exc
+        flat = await self.mux.execute("HGETALL", presence_key(tenant))
         now = time.time()
-        entries = {k.decode(): json.loads(v) for k, v in raw.items()}
+        entries = {flat[i].decode(): json.loads(flat[i + 1]) for i in range(0, len(flat), 2)}
         return {k: v for k, v in entries.items() if v.get("expires", 0) > now}
 
     async def ping(self) -> bool:
         try:
-            return bool(await self.client.ping())
-        except (*_DOWN, RedisError):
+            return bool(await self.mux.execute("PING") == b"PONG")
+        except (BusUnavailable, RedisError):
             return False
 
     async def close(self) -> None:
+        await self.mux.close()
         await self.client.aclose()
+
+
+def _xadd(tenant: str, command: Json) -> Command:
+    payload = json.dumps(command, separators=(",", ":"))
+    return ("XADD", command_stream(tenant), "MAXLEN", "~", STREAM_MAXLEN, "*", "d", payload)
+
+
+def _presence(tenant: str, device_id: str, info: Json, ttl_s: float) -> list[Command]:
+    # One hash per tenant; each entry carries its own expiry, and the hash itself expires
+    # when no edge refreshes anything.
+    key = presence_key(tenant)
+    entry = json.dumps({**info, "expires": time.time() + ttl_s})
+    return [("HSET", key, device_id, entry), ("EXPIRE", key, int(ttl_s) + 5)]

@@ -14,6 +14,8 @@ from canonical.settings import load_settings
 from .app import build_app
 from .server import GracefulServer, make_state, uvicorn_config
 
+GC_YOUNG_THRESHOLD = 10_000
+
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -39,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
         "edge %s listening on %s:%d", state.edge_id, settings.ws_host, settings.ws_port
     )
     gc.freeze()  # start-up objects never need scanning again: keeps GC off the hot path
+    # Connection set-ups allocate many container objects. At the default young threshold
+    # (700) a storm of 5,000 hellos ran ~800 young, ~70 middle and 5 full collections (a
+    # full one scans every live connection's objects): ~24 % of the edge's CPU (py-spy
+    # --native). Refcounting frees nearly all of it anyway; at 10,000: no full collection.
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     server.run()
     return 0
 

@@ -252,9 +252,10 @@ class DeviceSession:
             if request_id is not None:
                 ready["request_id"] = request_id
             conn.send_frame(encode(ready))
+            command: Json | None = None
         else:
             # The plugin answers with hello.ack (directory, sync cursor) and the replay.
-            await self._submit(
+            command = self._command(
                 conn,
                 "hello",
                 {
@@ -268,27 +269,29 @@ class DeviceSession:
                 },
                 request_id,
             )
-        await self.bus.set_presence(
+        # The hello for the plugin and the device's presence: one round trip.
+        await self.bus.device_online(
             tenant,
             conn.device_id,
             {"edge": self.hub.edge_id, "conn": conn_id, "since": now_iso(), "dialect": dialect},
+            command,
         )
         return conn
 
+    def _command(self, conn: Connection, cmd: str, args: Json, request_id: Any) -> Json:
+        return {
+            "cmd": cmd,
+            "edge": self.hub.edge_id,
+            "conn": conn.id,
+            "dialect": conn.dialect.name,
+            "device_id": conn.device_id,
+            "request_id": request_id,
+            "args": args,
+            "ts": now_iso(),
+        }
+
     async def _submit(self, conn: Connection, cmd: str, args: Json, request_id: Any) -> None:
-        await self.bus.submit(
-            conn.tenant,
-            {
-                "cmd": cmd,
-                "edge": self.hub.edge_id,
-                "conn": conn.id,
-                "dialect": conn.dialect.name,
-                "device_id": conn.device_id,
-                "request_id": request_id,
-                "args": args,
-                "ts": now_iso(),
-            },
-        )
+        await self.bus.submit(conn.tenant, self._command(conn, cmd, args, request_id))
 
     async def _frames(self, conn: Connection) -> None:
         while not conn.closed:

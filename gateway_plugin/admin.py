@@ -41,6 +41,8 @@ from canonical.bus import token_digest
 from canonical.errors import BusUnavailable
 from canonical.protocol import error_body
 
+from .devices import Hello
+
 if TYPE_CHECKING:
     from .controller import Controller
 
@@ -126,21 +128,35 @@ def detach(controller: Controller) -> None:
             task.cancel()
 
 
-# -- hello gate (CommandHandler.cmd_hello)
-def on_hello(controller: Controller, command: Json, args: Json) -> Json | None:
-    """Record the device; the close body refusing it if it was revoked, else None."""
-    device_id = str(command.get("device_id"))
-    caps = args.get("caps") if isinstance(args.get("caps"), list) else []
-    fcm_token = args.get("fcm_token") if isinstance(args.get("fcm_token"), str) else None
-    device = controller.devices.seen(
-        device_id, name=str(args.get("device_name") or ""), caps=caps, fcm_token=fcm_token
+# -- hello gate (gateway_plugin.hellos)
+def on_hellos(controller: Controller, commands: list[Json]) -> list[Json | None]:
+    """Record the devices (one transaction); per hello, the close body refusing it if its
+    device was revoked, else None."""
+    devices = controller.devices.seen_many([_hello_record(command) for command in commands])
+    refusals: list[Json | None] = []
+    for command in commands:
+        device_id = str(command.get("device_id"))
+        if not devices[device_id].revoked:
+            refusals.append(None)
+            continue
+        HELLO_REFUSED.labels(reason="revoked").inc()
+        log.info("hello refused: device %s is revoked", device_id)
+        request_id = (command.get("args") or {}).get("request_id")
+        frame = error_body("unauthorized", "this device was revoked", request_id)
+        refusals.append({"code": CLOSE_REVOKED, "frame": frame})
+    return refusals
+
+
+def _hello_record(command: Json) -> Hello:
+    args = command.get("args") or {}
+    caps = args.get("caps")
+    fcm_token = args.get("fcm_token")
+    return Hello(
+        str(command.get("device_id")),
+        str(args.get("device_name") or ""),
+        caps if isinstance(caps, list) else [],
+        fcm_token if isinstance(fcm_token, str) else None,
     )
-    if not device.revoked:
-        return None
-    HELLO_REFUSED.labels(reason="revoked").inc()
-    log.info("hello refused: device %s is revoked", device_id)
-    frame = error_body("unauthorized", "this device was revoked", args.get("request_id"))
-    return {"code": CLOSE_REVOKED, "frame": frame}
 
 
 def observe_command(name: str, known: bool) -> None:
@@ -377,5 +393,5 @@ __all__ = [
     "handle",
     "load_admin_token",
     "observe_command",
-    "on_hello",
+    "on_hellos",
 ]

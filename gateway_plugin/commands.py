@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import REPLAY, error_body, now_iso
 
-from . import admin
+from . import admin, hellos
 from .attachment_flow import (
     added_event,
     agent_input,
@@ -34,16 +34,6 @@ Json = dict[str, Any]
 Lane = tuple[str, str | None]
 
 REPLAY_CHUNK = 500
-SERVER_CAPS = [
-    "streaming",
-    "channels",
-    "threads",
-    "auto_thread",
-    "search",
-    "sync",
-    "cursor_ack",
-    "media",
-]
 
 
 class CommandHandler:
@@ -117,7 +107,7 @@ class CommandHandler:
             ]
         )
 
-    def _directory(self) -> list[Json]:
+    def directory(self) -> list[Json]:
         """The channel list, each entry with the cron jobs that deliver into it."""
         targets = cron_targets(
             self.c.agent.cron_jobs(), self.c.channels, self.c.settings.home_channel
@@ -129,39 +119,13 @@ class CommandHandler:
 
     # -- iris session
     async def cmd_hello(self, command: Json, args: Json) -> None:
-        device_id = str(command.get("device_id"))
-        allowed = self.c.settings.allowed_user_ids
-        if allowed and device_id not in allowed and not self.c.settings.allow_all_users:
-            frame = error_body("unauthorized", "this device is not allowed", args.get("request_id"))
-            await self.c.reply(command, {"code": 4401, "frame": frame}, kind="close")
-            return
-        if (refusal := admin.on_hello(self.c, command, args)) is not None:
-            return await self.c.reply(command, refusal, kind="close")
-        raw_cursor = args.get("cursor")
-        fresh = not isinstance(raw_cursor, int)
-        cursor = raw_cursor if isinstance(raw_cursor, int) else 0
-        gap = not fresh and cursor < self.c.outbox.trimmed_upto()
-        head = self.c.outbox.head()
-        ack: Json = {
-            "type": "hello.ack",
-            "version": 1,
-            "server_caps": SERVER_CAPS,
-            "device_id": device_id,
-            "sync_cursor": head,
-            "gap": gap,
-            "channels": self._directory(),
-            "ts": now_iso(),
-        }
-        if args.get("request_id") is not None:
-            ack["request_id"] = args["request_id"]
-        if cursor > 0:
-            self.c.push.on_ack(self.c.outbox.ack(device_id, cursor))
-        if fresh:
-            await self.c.reply(
-                command, {"before": [ack], "events": [], "head": head, "fresh": True}, kind=REPLAY
-            )
-        else:
-            await self._replay(command, cursor, [ack])
+        await hellos.answer(self.c, [command])
+
+    async def hello_batch(self, commands: list[Json]) -> None:
+        """Consecutive hellos of one stream read, answered together (gateway_plugin.hellos)."""
+        for _ in commands:
+            admin.observe_command("hello", True)
+        await hellos.answer(self.c, commands)
 
     async def cmd_sync(self, command: Json, args: Json) -> None:
         cursor = int(args.get("cursor") or 0)
@@ -183,11 +147,11 @@ class CommandHandler:
         """The first chunk of everything after `cursor`. With `more`, the edge asks for the
         next chunk (an internal sync) once the device's send queue has drained: a long
         absence is paced by the device's own speed and never overflows its queue."""
+        await self.c.reply(command, {**self.replay_body(cursor, before), **extra}, kind=REPLAY)
+
+    def replay_body(self, cursor: int, before: list[Json]) -> Json:
         events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
-        more = len(events) == REPLAY_CHUNK
-        await self.c.reply(
-            command, {"before": before, "events": events, "more": more, **extra}, kind=REPLAY
-        )
+        return {"before": before, "events": events, "more": len(events) == REPLAY_CHUNK}
 
     async def cmd_ack(self, command: Json, args: Json) -> None:
         cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))

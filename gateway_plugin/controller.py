@@ -49,6 +49,12 @@ PUBLISH_BATCH = 256
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
+def _internal_error(command: Json) -> Json:
+    return error_body(
+        "internal_error", "the gateway failed to handle this request", command.get("request_id")
+    )
+
+
 class Controller:
     def __init__(
         self,
@@ -196,17 +202,15 @@ class Controller:
     async def _publisher(self) -> None:
         # What queued up while a publish was in flight goes out in one round trip (a
         # pipeline on Redis), still in cursor order.
-        publish_many = getattr(self.bus, "publish_many", None)
         while True:
             batch = [await self._publish_queue.get()]
             while len(batch) < PUBLISH_BATCH and not self._publish_queue.empty():
                 batch.append(self._publish_queue.get_nowait())
             try:
-                if publish_many is not None and len(batch) > 1:
-                    await publish_many(self.tenant, batch)
+                if len(batch) > 1:
+                    await self.bus.publish_many(self.tenant, batch)
                 else:
-                    for payload in batch:
-                        await self.bus.publish(self.tenant, payload)
+                    await self.bus.publish(self.tenant, batch[0])
             except BusUnavailable:
                 # The outbox has it; edges resync every device from its cursor when
                 # their subscription comes back, so dropping the doorbell loses nothing.
@@ -222,6 +226,20 @@ class Controller:
             log.warning(
                 "bus unavailable; reply to conn=%s lost (client retries idempotently)", conn
             )
+
+    async def reply_many(self, replies: list[tuple[Json, Json, str]]) -> None:
+        """(command, body, kind) replies in one round trip, in order."""
+        out = [
+            (str(command["edge"]), direct_envelope(str(command["conn"]), kind, body))
+            for command, body, kind in replies
+            if command.get("edge") and command.get("conn")
+        ]
+        if not out:
+            return
+        try:
+            await self.bus.reply_many(out)
+        except BusUnavailable:
+            log.warning("bus unavailable; %d replies lost (clients retry idempotently)", len(out))
 
     # -- commands in
     async def _consumer(self) -> None:
@@ -250,30 +268,50 @@ class Controller:
             await self._handle_batch(batch)
 
     async def _handle_batch(self, batch: list[tuple[str, Json]]) -> None:
+        """Carry out a stream read in order; each entry is marked processed (outbox.db)
+        once its effect is durable, and the batch is acked (XACK) after all marks."""
+        if not batch:
+            return
+        done = self.outbox.processed_among([entry_id for entry_id, _ in batch])
+        acks: list[str] = []
+        hellos: list[tuple[str, Json]] = []
         for entry_id, command in batch:
-            if self.outbox.was_processed(entry_id):
-                await self._ack(entry_id)
-                continue
+            if entry_id in done:
+                acks.append(entry_id)
+            elif command.get("cmd") == "hello":
+                hellos.append((entry_id, command))  # consecutive hellos go together
+            else:
+                await self._handle_hellos(hellos, acks)
+                await self._handle_one(command)
+                self.outbox.mark_processed(entry_id)
+                acks.append(entry_id)
+        await self._handle_hellos(hellos, acks)
+        if acks:
             try:
-                await self.commands.handle(command)
-            except Exception:
-                log.exception("command %s failed", command.get("cmd"))
-                await self.reply(
-                    command,
-                    error_body(
-                        "internal_error",
-                        "the gateway failed to handle this request",
-                        command.get("request_id"),
-                    ),
-                )
-            self.outbox.mark_processed(entry_id)
-            await self._ack(entry_id)
+                await self.bus.ack_many(self.tenant, acks)
+            except BusUnavailable:
+                log.warning("could not ack %d commands; reclaimed and skipped later", len(acks))
 
-    async def _ack(self, entry_id: str) -> None:
+    async def _handle_one(self, command: Json) -> None:
         try:
-            await self.bus.ack(self.tenant, entry_id)
-        except BusUnavailable:
-            log.warning("could not ack %s; it will be reclaimed and skipped", entry_id)
+            await self.commands.handle(command)
+        except Exception:
+            log.exception("command %s failed", command.get("cmd"))
+            await self.reply(command, _internal_error(command))
+
+    async def _handle_hellos(self, hellos: list[tuple[str, Json]], acks: list[str]) -> None:
+        if not hellos:
+            return
+        entry_ids = [entry_id for entry_id, _ in hellos]
+        commands = [command for _, command in hellos]
+        hellos.clear()
+        try:
+            await self.commands.hello_batch(commands)
+        except Exception:
+            log.exception("%d hellos failed", len(commands))
+            await self.reply_many([(c, _internal_error(c), REPLY) for c in commands])
+        self.outbox.mark_processed_many(entry_ids)
+        acks.extend(entry_ids)
 
     def _close_stale_runs(self) -> None:
         """Runs a previous process accepted but never finished. Hermes resumes sessions its

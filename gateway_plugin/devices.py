@@ -12,7 +12,7 @@ import json
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,26 @@ CREATE TABLE IF NOT EXISTS devices (
 );
 """
 _COLUMNS = "device_id, name, caps, fcm_token, ntfy_topic, last_seen, created, revoked, revoked_at"
+_UPSERT = f"""
+INSERT INTO devices (device_id, name, caps, fcm_token, last_seen, created)
+VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT(device_id) DO UPDATE SET
+    name = CASE WHEN excluded.name != '' THEN excluded.name ELSE devices.name END,
+    caps = excluded.caps,
+    fcm_token = COALESCE(excluded.fcm_token, devices.fcm_token),
+    last_seen = excluded.last_seen
+RETURNING {_COLUMNS}
+"""
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What a hello tells the registry about its device."""
+
+    device_id: str
+    name: str = ""
+    caps: list[Any] = field(default_factory=list)
+    fcm_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,24 +132,34 @@ class DeviceRegistry:
         now: float | None = None,
     ) -> Device:
         """Record a hello: create the device or refresh it (a revoked one stays revoked)."""
+        return self.seen_many([Hello(device_id, name, caps or [], fcm_token)], now=now)[device_id]
+
+    def seen_many(self, hellos: list[Hello], *, now: float | None = None) -> dict[str, Device]:
+        """Record several hellos in one transaction; each device's record after them."""
         at = time.time() if now is None else now
-        caps_json = json.dumps([str(c) for c in (caps or [])][:64])
+        devices: dict[str, Device] = {}
         with self._lock:
-            self._db.execute(
-                """
-                INSERT INTO devices (device_id, name, caps, fcm_token, last_seen, created)
-                VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT(device_id) DO UPDATE SET
-                    name = CASE WHEN excluded.name != '' THEN excluded.name ELSE devices.name END,
-                    caps = excluded.caps,
-                    fcm_token = COALESCE(excluded.fcm_token, devices.fcm_token),
-                    last_seen = excluded.last_seen
-                """,
-                (device_id, name[:128], caps_json, fcm_token, at, at),
-            )
-            device = self._one(device_id)
-        assert device is not None
-        return device
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for hello in hellos:
+                    cur.execute(
+                        _UPSERT,
+                        (
+                            hello.device_id,
+                            hello.name[:128],
+                            json.dumps([str(c) for c in hello.caps][:64]),
+                            hello.fcm_token,
+                            at,
+                            at,
+                        ),
+                    )
+                    devices[hello.device_id] = Device.from_row(cur.fetchone())
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return devices
 
     def set_push(
         self, device_id: str, *, fcm_token: str | None = None, ntfy_topic: str | None = None
@@ -181,4 +211,4 @@ class DeviceRegistry:
         return {"active": found.get(False, 0), "revoked": found.get(True, 0)}
 
 
-__all__ = ["Device", "DeviceRegistry"]
+__all__ = ["Device", "DeviceRegistry", "Hello"]

@@ -40,7 +40,7 @@ class LaneCommands:
         self.h._broadcast_entry(kind, entry, **extra)
 
     def _directory(self) -> list[Json]:
-        return self.h._directory()
+        return self.h.directory()
 
     async def cmd_conversation_list(self, command: Json, args: Json) -> None:
         conversations = []

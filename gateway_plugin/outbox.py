@@ -20,6 +20,7 @@ Json = dict[str, Any]
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 SCHEMA_VERSION = 1
+_SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     cursor INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -212,12 +213,37 @@ class Outbox:
                 is not None
             )
 
-    def mark_processed(self, entry_id: str) -> None:
+    def processed_among(self, entry_ids: list[str]) -> set[str]:
+        """Which of these entries were carried out already (one query for a whole batch)."""
+        found: set[str] = set()
         with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO processed(entry_id, at) VALUES (?, ?)",
-                (entry_id, time.time()),
-            )
+            for start in range(0, len(entry_ids), _SQL_VARS):
+                chunk = entry_ids[start : start + _SQL_VARS]
+                rows = self._db.execute(
+                    f"SELECT entry_id FROM processed WHERE entry_id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                found.update(str(row[0]) for row in rows)
+        return found
+
+    def mark_processed(self, entry_id: str) -> None:
+        self.mark_processed_many([entry_id])
+
+    def mark_processed_many(self, entry_ids: list[str]) -> None:
+        """Record entries as carried out, in one transaction."""
+        now = time.time()
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                cur.executemany(
+                    "INSERT OR IGNORE INTO processed(entry_id, at) VALUES (?, ?)",
+                    [(entry_id, now) for entry_id in entry_ids],
+                )
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
 
     # -- runs
     def finish_run(self, run_id: str) -> None:
@@ -234,16 +260,29 @@ class Outbox:
     # -- acknowledgements
     def ack(self, device_id: str, cursor: int) -> int:
         """Record how far a device got; cursors only move forward. Returns the stored cursor."""
+        return self.ack_many([(device_id, cursor)])[device_id]
+
+    def ack_many(self, acks: list[tuple[str, int]]) -> dict[str, int]:
+        """Several devices' acks in one transaction; the stored cursor of each."""
+        now = time.time()
+        stored: dict[str, int] = {}
         with self._lock:
-            self._db.execute(
-                "INSERT INTO device_acks(device_id, cursor, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT(device_id) DO UPDATE SET cursor = MAX(cursor, excluded.cursor), updated = excluded.updated",
-                (device_id, cursor, time.time()),
-            )
-            row = self._db.execute(
-                "SELECT cursor FROM device_acks WHERE device_id = ?", (device_id,)
-            ).fetchone()
-        return int(row[0])
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                for device_id, cursor in acks:
+                    cur.execute(
+                        "INSERT INTO device_acks(device_id, cursor, updated) VALUES (?, ?, ?) "
+                        "ON CONFLICT(device_id) DO UPDATE SET cursor = MAX(cursor, excluded.cursor), "
+                        "updated = excluded.updated RETURNING cursor",
+                        (device_id, cursor, now),
+                    )
+                    stored[device_id] = int(cur.fetchone()[0])
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return stored
 
     def acks(self) -> dict[str, int]:
         with self._lock:

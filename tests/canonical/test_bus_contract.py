@@ -234,6 +234,14 @@ class BusContract:
             await bus.ack(tenant, entry_id)
         assert await bus.reclaim(tenant, "restarted", min_idle_ms=0) == []
 
+    async def test_ack_many_acks_every_given_entry_in_one_call(self, bus: Bus, tenant: str) -> None:
+        for i in range(4):
+            await bus.submit(tenant, {"n": i})
+        batch = await bus.consume(tenant, "crashed", block_ms=100)
+        await bus.ack_many(tenant, [batch[0][0], batch[2][0], batch[3][0]])
+        await bus.ack_many(tenant, [])
+        assert await bus.reclaim(tenant, "restarted", min_idle_ms=0) == [batch[1]]
+
     async def test_reclaim_leaves_entries_that_have_not_been_idle_long_enough(
         self, bus: Bus, tenant: str
     ) -> None:
@@ -304,6 +312,37 @@ class BusContract:
         await on_b.wait_for(b'{"conn":"c2"}')
         assert [(kind, payload) for kind, _, payload in on_a.real] == [("direct", b'{"conn":"c1"}')]
         assert [(kind, payload) for kind, _, payload in on_b.real] == [("direct", b'{"conn":"c2"}')]
+
+    async def test_publish_many_and_reply_many_deliver_in_order(
+        self, bus: Bus, subscribe: Any
+    ) -> None:
+        tenant, edge_a, edge_b = unique("tenant"), unique("edge"), unique("edge")
+        _, on_a = await subscribe(edge_a, tenant)
+        _, on_b = await subscribe(edge_b)
+        await bus.publish_many(tenant, [b"e1", b"e2", b"e3"])
+        await bus.reply_many([(edge_a, b"r1"), (edge_b, b"r2"), (edge_a, b"r3")])
+        await on_a.wait_for(b"r3")
+        await on_b.wait_for(b"r2")
+        assert on_a.real == [
+            ("event", tenant, b"e1"),
+            ("event", tenant, b"e2"),
+            ("event", tenant, b"e3"),
+            ("direct", on_a.real[3][1], b"r1"),
+            ("direct", on_a.real[3][1], b"r3"),
+        ]
+        assert on_b.payloads() == [b"r2"]
+
+    async def test_device_online_queues_the_hello_and_marks_the_device_online(
+        self, bus: Bus, tenant: str
+    ) -> None:
+        info = {"edge": "e1", "conn": "c1", "dialect": "iris"}
+        await bus.device_online(tenant, "phone", info, {"cmd": "hello", "device_id": "phone"})
+        await bus.device_online(tenant, "desk", {**info, "dialect": "pheby"}, ttl_s=30)
+        batch = await bus.consume(tenant, "c1", block_ms=100)
+        assert [command for _, command in batch] == [{"cmd": "hello", "device_id": "phone"}]
+        online = await bus.presence(tenant)
+        assert set(online) == {"phone", "desk"}
+        assert online["phone"]["conn"] == "c1" and online["desk"]["dialect"] == "pheby"
 
     async def test_publish_with_no_subscribers_is_not_an_error(self, bus: Bus) -> None:
         await bus.publish(unique("tenant"), b"nobody listens")

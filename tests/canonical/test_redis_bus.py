@@ -169,3 +169,102 @@ async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
         await sub.close()
         await publisher.close()
         await bus.close()
+
+
+async def _registry_lookups(raw: Any) -> int:
+    stats = await raw.info("commandstats")
+    return int(stats.get("cmdstat_hget", {}).get("calls", 0))
+
+
+async def _eventually(check: Callable[[], Any], timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.01)
+
+
+async def test_an_edge_caches_a_token_and_drops_it_as_soon_as_the_plugin_retires_it(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()  # private: commandstats count only this test's lookups
+    plugin, edge = RedisBus(server.url), RedisBus(server.url)
+    raw = aioredis.from_url(server.url)
+    recorder = Recorder()
+    sub = edge.subscription(unique("edge"), recorder)
+    tenant, other, token = unique("tenant"), unique("tenant"), unique("token") * 2
+    try:
+        await sub.start()
+        await plugin.register_tenant(tenant, token)
+        await _cached(edge, token, tenant)  # once the registration's invalidation is past
+        lookups = await _registry_lookups(raw)
+        assert [await edge.resolve_tenant(token) for _ in range(5)] == [tenant] * 5
+        assert await _registry_lookups(raw) == lookups  # answered from the cache
+
+        await plugin.register_tenant(tenant, token)  # the heartbeat: nothing changes
+        assert await edge.resolve_tenant(token) == tenant
+
+        await plugin.unregister_tenant(tenant, token)  # rotation retires the token
+        await _eventually(lambda: _is(edge.resolve_tenant(token), None))
+
+        await plugin.register_tenant(tenant, token)
+        await _cached(edge, token, tenant)
+        await plugin.register_tenant(other, token)  # re-mapped to another tenant
+        await _eventually(lambda: _is(edge.resolve_tenant(token), other))
+    finally:
+        await sub.close()
+        await raw.aclose()
+        await plugin.close()
+        await edge.close()
+
+
+async def test_without_a_live_subscription_every_lookup_asks_the_registry(
+    redis_server: RedisServer,
+) -> None:
+    bus = RedisBus(redis_server.url)
+    raw = aioredis.from_url(redis_server.url)
+    tenant, token = unique("tenant"), unique("token") * 2
+    try:
+        await bus.register_tenant(tenant, token)
+        assert await bus.resolve_tenant(token) == tenant
+        await raw.hdel(TENANTS_KEY, token_digest(token))  # removed behind the bus' back
+        assert await bus.resolve_tenant(token) is None
+    finally:
+        await raw.aclose()
+        await bus.close()
+
+
+async def test_a_subscription_that_reconnects_forgets_what_it_cached(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    """Invalidations published while it was down were missed: nothing cached survives."""
+    server = redis_factory()
+    bus = RedisBus(server.url)
+    reconnects: list[float] = []
+    sub = bus.subscription(unique("edge"), Recorder(), lambda: reconnects.append(1.0))
+    tenant, token = unique("tenant"), unique("token") * 2
+    try:
+        await sub.start()
+        await bus.register_tenant(tenant, token)
+        await _cached(bus, token, tenant)
+        await asyncio.to_thread(server.kill9)
+        await asyncio.to_thread(server.restart)
+        await _wait_until(lambda: bool(reconnects))
+        assert bus.tenants.get(token_digest(token)) is None
+        assert await bus.resolve_tenant(token) is None  # the restarted registry is empty
+    finally:
+        await sub.close()
+        await bus.close()
+
+
+async def _cached(bus: RedisBus, token: str, tenant: str) -> None:
+    async def check() -> bool:
+        return await bus.resolve_tenant(token) == tenant and bool(
+            bus.tenants.get(token_digest(token)) == tenant
+        )
+
+    await _eventually(check)
+
+
+async def _is(pending: Any, expected: Any) -> bool:
+    return bool(await pending == expected)

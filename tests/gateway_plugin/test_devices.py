@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_plugin.devices import DeviceRegistry
+from gateway_plugin.devices import DeviceRegistry, Hello
 
 
 @pytest.fixture
@@ -113,3 +113,26 @@ def test_the_registry_survives_a_restart_and_uses_wal(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     db.close()
+
+
+def test_a_batch_of_hellos_is_recorded_in_one_go_and_a_revoked_device_stays_revoked(
+    registry: DeviceRegistry,
+) -> None:
+    registry.seen("old", name="Old phone", fcm_token="fcm-old", now=50.0)
+    registry.revoke("old", now=60.0)
+    seen = registry.seen_many(
+        [
+            Hello("phone", "Pixel", ["streaming"], "fcm-1"),
+            Hello("old", "", [], None),
+            Hello("desk", "Desk", [], None),
+            Hello("phone", "", ["streaming", "push"], None),  # reconnected in the same batch
+        ],
+        now=100.0,
+    )
+    assert set(seen) == {"phone", "old", "desk"}
+    assert seen["phone"].caps == ["streaming", "push"] and seen["phone"].name == "Pixel"
+    assert seen["phone"].fcm_token == "fcm-1"
+    assert seen["old"].revoked and seen["old"].name == "Old phone"
+    assert seen["old"].fcm_token == "fcm-old" and seen["old"].last_seen == 100.0
+    assert registry.get("desk") == seen["desk"]
+    assert registry.seen_many([]) == {}

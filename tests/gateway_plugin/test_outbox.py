@@ -268,6 +268,37 @@ def test_processed_entries_are_remembered_and_trimmed_with_age(
     assert outbox.was_processed("2-1") is True
 
 
+def test_a_batch_of_entries_is_checked_and_marked_at_once_and_survives_a_reopen(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox.db"
+    box = Outbox(path)
+    ids = [f"{n}-0" for n in range(1200)]  # more than one query's worth of parameters
+    box.mark_processed_many(ids[:700])
+    box.mark_processed_many(ids[600:700])  # again: ignored
+    assert box.processed_among(ids) == set(ids[:700])
+    assert box.processed_among([]) == set()
+    box.close()
+    again = Outbox(path)
+    try:
+        assert again.processed_among(["0-0", "699-0", "700-0"]) == {"0-0", "699-0"}
+    finally:
+        again.close()
+
+
+def test_acks_of_several_devices_are_stored_at_once_and_only_move_forward(
+    outbox: Outbox,
+) -> None:
+    outbox.ack("phone", 7)
+    assert outbox.ack_many([("phone", 5), ("tablet", 3), ("desk", 9)]) == {
+        "phone": 7,
+        "tablet": 3,
+        "desk": 9,
+    }
+    assert outbox.ack_many([("tablet", 4), ("tablet", 2)]) == {"tablet": 4}
+    assert outbox.acks() == {"phone": 7, "tablet": 4, "desk": 9}
+
+
 def test_meta_values_are_listed_by_prefix(outbox: Outbox) -> None:
     outbox.set_meta("yolo:s1", "1")
     outbox.set_meta("yolo:s2", "1")

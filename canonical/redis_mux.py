@@ -1,0 +1,231 @@
+"""One shared Redis connection with automatic pipelining, for the bus's non-blocking commands.
+
+Why: redis-py's pool checks a connection out per command (an ``asyncio.Lock`` held across a
+liveness probe) and, under hundreds of concurrent hellos, opens a connection per concurrent
+caller. Here every command issued during one event-loop iteration goes out in a single
+write on one connection, and replies are matched to callers in order (Redis answers each
+connection in order). A pipeline's commands are written back to back, so MULTI/EXEC stays
+atomic. Blocking reads (XREADGROUP BLOCK) and pub/sub must not use it: they would stall
+everything queued behind them; they stay on redis-py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, cast
+
+import hiredis
+from redis.asyncio.connection import RedisSSLContext, parse_url
+from redis.exceptions import ResponseError
+
+from .errors import BusUnavailable
+
+Command = Sequence[str | bytes | int | float]
+# hiredis' stub types the argument as a 1-tuple; it takes any number of parts.
+_pack: Any = hiredis.pack_command
+
+
+class _Wire(asyncio.Protocol):
+    """The socket: packed commands out (one write per loop iteration), replies in, in order."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.reader = hiredis.Reader(replyError=ResponseError)
+        self.waiting: deque[asyncio.Future[Any]] = deque()
+        self.out: list[bytes] = []
+        self.flush_scheduled = False
+        self.lost: BusUnavailable | None = None
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+
+    def send(self, commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
+        if self.lost is not None:
+            raise self.lost
+        futures = []
+        for command in commands:
+            self.out.append(_pack(tuple(command)))
+            future = self.loop.create_future()
+            self.waiting.append(future)
+            futures.append(future)
+        if commands and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+        return futures
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.out and self.lost is None and self.transport is not None:
+            data = b"".join(self.out)
+            self.out.clear()
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while True:
+            try:
+                reply = self.reader.gets()
+            except hiredis.ProtocolError as exc:
+                return self._abort(f"redis protocol error: {exc}")
+            if reply is False:
+                return
+            if not self.waiting:
+                return self._abort("redis sent a reply nobody asked for")
+            future = self.waiting.popleft()
+            if future.done():  # the caller was cancelled
+                continue
+            if isinstance(reply, ResponseError):
+                future.set_exception(reply)
+                future.exception()  # the caller gets it; not logged if it stopped waiting
+            else:
+                future.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(BusUnavailable(f"redis connection lost ({exc or 'closed'})"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _abort(self, why: str) -> None:
+        # Replies can no longer be matched to callers: fail them all, drop the connection.
+        self._fail(BusUnavailable(why))
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _fail(self, error: BusUnavailable) -> None:
+        if self.lost is None:
+            self.lost = error
+        self.out.clear()
+        while self.waiting:
+            future = self.waiting.popleft()
+            if not future.done():
+                future.set_exception(error)
+                future.exception()  # the caller gets it; not logged if it stopped waiting
+
+
+class RedisMux:
+    """Lazily connected; reconnects on the next command after a failure. Connection
+    trouble raises BusUnavailable; an error reply raises redis' ResponseError."""
+
+    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
+        options: dict[str, Any] = dict(parse_url(url))
+        self._path: str | None = options.get("path")
+        self._host = str(options.get("host") or "localhost")
+        self._port = int(options.get("port") or 6379)
+        self._db = int(options.get("db") or 0)
+        self._username: str | None = options.get("username")
+        self._password: str | None = options.get("password")
+        self._timeout = float(options.get("socket_connect_timeout") or connect_timeout)
+        self._ssl = _ssl_context(options) if url.startswith("rediss://") else None
+        self._wire: _Wire | None = None
+        self._connecting: asyncio.Task[_Wire] | None = None
+
+    async def execute(self, *command: str | bytes | int | float) -> Any:
+        wire = await self._ready()
+        return await wire.send([command])[0]
+
+    async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
+        """Replies in order; raises the first error reply once all have arrived."""
+        if not commands:
+            return []
+        wire = await self._ready()
+        results: list[Any] = []
+        first_error: ResponseError | None = None
+        for future in wire.send(commands):
+            try:
+                results.append(await future)
+            except ResponseError as exc:
+                results.append(exc)
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+        return results
+
+    async def close(self) -> None:
+        if self._connecting is not None:
+            await asyncio.wait([self._connecting])  # its wire is closed below
+        wire, self._wire = self._wire, None
+        if wire is not None and wire.transport is not None:
+            wire.transport.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(wire.closed), 1.0)
+
+    async def _ready(self) -> _Wire:
+        loop = asyncio.get_running_loop()
+        wire = self._wire
+        if wire is not None and wire.lost is None and wire.loop is loop:
+            return wire
+        if wire is not None and wire.loop is not loop:
+            self._wire = None
+            with contextlib.suppress(Exception):
+                if wire.transport is not None:
+                    wire.transport.close()
+        # One connect for every caller waiting meanwhile; a cancelled caller leaves it running.
+        task = self._connecting
+        if task is None or task.get_loop() is not loop:
+            task = self._connecting = loop.create_task(self._open(loop), name="hdg-redis-connect")
+            task.add_done_callback(self._opened)
+        return await asyncio.shield(task)
+
+    def _opened(self, task: asyncio.Task[_Wire]) -> None:
+        if self._connecting is task:
+            self._connecting = None
+        if not task.cancelled() and task.exception() is None:
+            self._wire = task.result()
+
+    async def _open(self, loop: asyncio.AbstractEventLoop) -> _Wire:
+        try:
+            if self._path:
+                opening = loop.create_unix_connection(lambda: _Wire(loop), self._path)
+            else:
+                opening = loop.create_connection(
+                    lambda: _Wire(loop),
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None,
+                )
+            _, wire = await asyncio.wait_for(opening, self._timeout)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise BusUnavailable(f"cannot reach redis: {exc or type(exc).__name__}") from exc
+        setup: list[Command] = []
+        if self._password is not None:
+            setup.append(
+                ("AUTH", self._username, self._password)
+                if self._username
+                else ("AUTH", self._password)
+            )
+        if self._db:
+            setup.append(("SELECT", self._db))
+        for future in wire.send(setup):
+            try:
+                await future
+            except ResponseError as exc:  # a wrong password or db: as unreachable as down
+                if wire.transport is not None:
+                    wire.transport.close()
+                raise BusUnavailable(f"redis refused the connection set-up: {exc}") from exc
+        return wire
+
+
+def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
+    """The TLS context redis-py builds from the same URL options (same defaults)."""
+    return RedisSSLContext(
+        keyfile=options.get("ssl_keyfile"),
+        certfile=options.get("ssl_certfile"),
+        cert_reqs=options.get("ssl_cert_reqs", "required"),
+        ca_certs=options.get("ssl_ca_certs"),
+        check_hostname=bool(options.get("ssl_check_hostname", False)),
+    ).get()
+
+
+__all__ = ["RedisMux"]

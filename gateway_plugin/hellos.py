@@ -1,0 +1,103 @@
+"""Answering iris hellos, a batch at a time.
+
+In a connection storm one stream read brings many hellos. Each needs its device recorded,
+the channel directory, the outbox head and a direct reply (``hello.ack`` and the replay).
+Per batch that is one devices.db transaction, one directory build, one outbox transaction
+for the devices' acks and one pipelined round trip for all replies, instead of one of each
+per hello. A hello's effects are idempotent (an upsert, a forward-only ack, a reply), so a
+batch cut short by a crash is simply answered again after the restart.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from canonical.protocol import CLOSE, REPLAY, error_body, now_iso
+
+from . import admin
+
+if TYPE_CHECKING:
+    from .controller import Controller
+
+Json = dict[str, Any]
+
+CLOSE_NOT_ALLOWED = 4401
+SERVER_CAPS = [
+    "streaming",
+    "channels",
+    "threads",
+    "auto_thread",
+    "search",
+    "sync",
+    "cursor_ack",
+    "media",
+]
+
+
+async def answer(controller: Controller, commands: list[Json]) -> None:
+    c = controller
+    closes: dict[int, Json] = {}
+    gated: list[Json] = []
+    for command in commands:
+        if _allowed(c, command):
+            gated.append(command)
+        else:
+            frame = error_body("unauthorized", "this device is not allowed", _request_id(command))
+            closes[id(command)] = {"code": CLOSE_NOT_ALLOWED, "frame": frame}
+    if gated:  # recorded, revoked ones refused (admin)
+        for command, refusal in zip(gated, admin.on_hellos(c, gated), strict=True):
+            if refusal is not None:
+                closes[id(command)] = refusal
+    welcome = [command for command in commands if id(command) not in closes]
+    acks = [(str(w["device_id"]), at) for w in welcome if (at := _cursor(w) or 0) > 0]
+    if acks:
+        for stored in c.outbox.ack_many(acks).values():
+            c.push.on_ack(stored)
+    head = c.outbox.head()
+    trimmed_upto = c.outbox.trimmed_upto()
+    directory = c.commands.directory() if welcome else []
+    replies: list[tuple[Json, Json, str]] = []
+    for command in commands:
+        close = closes.get(id(command))
+        if close is not None:
+            replies.append((command, close, CLOSE))
+            continue
+        cursor = _cursor(command)
+        ack: Json = {
+            "type": "hello.ack",
+            "version": 1,
+            "server_caps": SERVER_CAPS,
+            "device_id": str(command.get("device_id")),
+            "sync_cursor": head,
+            "gap": cursor is not None and cursor < trimmed_upto,
+            "channels": directory,
+            "ts": now_iso(),
+        }
+        if _request_id(command) is not None:
+            ack["request_id"] = _request_id(command)
+        if cursor is None:
+            # A fresh device starts at the head: older events are history, not a gap.
+            body: Json = {"before": [ack], "events": [], "head": head, "fresh": True}
+        else:
+            body = c.commands.replay_body(cursor, [ack])
+        replies.append((command, body, REPLAY))
+    await c.reply_many(replies)
+
+
+def _allowed(controller: Controller, command: Json) -> bool:
+    allowed = controller.settings.allowed_user_ids
+    return (
+        not allowed
+        or str(command.get("device_id")) in allowed
+        or controller.settings.allow_all_users
+    )
+
+
+def _cursor(command: Json) -> int | None:
+    """The device's cursor; None for a fresh device (no cursor at all)."""
+    cursor = (command.get("args") or {}).get("cursor")
+    return cursor if isinstance(cursor, int) and not isinstance(cursor, bool) else None
+
+
+def _request_id(command: Json) -> Any:
+    return (command.get("args") or {}).get("request_id")

@@ -1,0 +1,208 @@
+"""Iris hellos answered a batch at a time (gateway_plugin.hellos), through a real
+controller consuming a real (memory) bus."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canonical.memory_bus import MemoryBus
+from canonical.settings import load_settings
+from gateway_plugin.controller import Controller
+
+Json = dict[str, Any]
+TOKEN = "pairing-token-" + "h" * 30
+TENANT = "tenant-h"
+
+
+class _Agent:
+    async def wait_ready(self) -> None:
+        return None
+
+    def cron_jobs(self) -> list[Json]:
+        return []
+
+
+class _Calls:
+    """Counts calls of a method, then lets it run."""
+
+    def __init__(self, owner: Any, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        real = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(args)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+
+class _Rig:
+    def __init__(self, controller: Controller, bus: MemoryBus) -> None:
+        self.controller = controller
+        self.bus = bus
+        self.replies: list[Json] = []
+
+    def on_bus(self, kind: str, channel: str, payload: bytes) -> None:
+        if kind == "direct":
+            self.replies.append(json.loads(payload))
+
+    async def submit(self, *commands: Json) -> None:
+        # MemoryBus.submit never yields: the consumer reads all of them in one batch.
+        for command in commands:
+            await self.bus.submit(TENANT, command)
+
+    async def replies_for(self, count: int) -> list[Json]:
+        for _ in range(500):
+            if len(self.replies) >= count:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)  # nothing more may come
+        assert len(self.replies) == count, self.replies
+        return self.replies
+
+
+def hello(device_id: str, conn: str | None = None, **args: Any) -> Json:
+    return {
+        "cmd": "hello",
+        "edge": "e1",
+        "conn": conn or f"c-{device_id}",
+        "dialect": "iris",
+        "device_id": device_id,
+        "request_id": f"r-{device_id}",
+        "args": {
+            "device_name": device_id.title(),
+            "caps": ["streaming"],
+            "cursor": None,
+            "fcm_token": None,
+            "request_id": f"r-{device_id}",
+            **args,
+        },
+    }
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    opened: list[Controller] = []
+
+    async def make(**settings: Any) -> _Rig:
+        bus = MemoryBus()
+        controller = Controller(
+            load_settings({"token": TOKEN, **settings}),
+            bus,
+            tenant=TENANT,
+            token=TOKEN,
+            data_dir=tmp_path / "android",
+            state_db=tmp_path / "state.db",
+            agent=_Agent(),  # type: ignore[arg-type]
+        )
+        rig = _Rig(controller, bus)
+        sub = bus.subscription("e1", rig.on_bus)
+        await sub.start()
+        await controller.start()
+        opened.append(controller)
+        return rig
+
+    return make
+
+
+@pytest.fixture
+async def rig(make_rig: Callable[..., Any]) -> AsyncIterator[_Rig]:
+    made: _Rig = await make_rig()
+    try:
+        yield made
+    finally:
+        await made.controller.stop()
+
+
+async def test_hellos_read_together_are_answered_together(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = _Calls(rig.controller.devices, "seen_many", monkeypatch)
+    replies = _Calls(rig.bus, "reply_many", monkeypatch)
+    singles = _Calls(rig.controller, "reply", monkeypatch)
+    rig.controller.emit([{"type": "message", "text": "before"}])
+    await rig.submit(*(hello(f"dev{i}") for i in range(5)))
+    got = await rig.replies_for(5)
+    assert [r["conn"] for r in got] == [f"c-dev{i}" for i in range(5)]
+    for i, reply in enumerate(got):
+        assert reply["kind"] == "replay" and reply["body"]["fresh"] is True
+        (ack,) = reply["body"]["before"]
+        assert ack["type"] == "hello.ack" and ack["device_id"] == f"dev{i}"
+        assert ack["request_id"] == f"r-dev{i}" and ack["sync_cursor"] == 1
+        assert ack["gap"] is False and [c["name"] for c in ack["channels"]] == ["Default"]
+    assert len(records.calls) == 1 and len(records.calls[0][0]) == 5
+    assert len(replies.calls) == 1 and len(replies.calls[0][0]) == 5 and singles.calls == []
+    assert {d.device_id for d in rig.controller.devices.list()} == {f"dev{i}" for i in range(5)}
+    assert await rig.bus.reclaim(TENANT, "after", 0) == []  # every entry acked
+
+
+async def test_a_revoked_or_not_allowed_device_in_a_batch_is_closed_and_the_rest_answered(
+    make_rig: Callable[..., Any],
+) -> None:
+    rig: _Rig = await make_rig(allowed_users="phone,old")
+    try:
+        rig.controller.devices.seen("old")
+        rig.controller.devices.revoke("old")
+        await rig.submit(hello("phone"), hello("old"), hello("stranger"))
+        phone, old, stranger = await rig.replies_for(3)
+        assert phone["kind"] == "replay"
+        assert (old["kind"], old["body"]["code"]) == ("close", 4403)
+        assert old["body"]["frame"]["request_id"] == "r-old"
+        assert (stranger["kind"], stranger["body"]["code"]) == ("close", 4401)
+        assert rig.controller.devices.get("stranger") is None  # never recorded
+    finally:
+        await rig.controller.stop()
+
+
+async def test_a_hello_with_a_cursor_stores_the_ack_and_replays_what_came_after(
+    rig: _Rig,
+) -> None:
+    rig.controller.emit([{"type": "message", "text": str(n)} for n in range(3)])
+    await rig.submit(hello("phone", cursor=1), hello("tablet", cursor=0), hello("desk"))
+    phone, tablet, desk = await rig.replies_for(3)
+    assert [e["cursor"] for e in phone["body"]["events"]] == [2, 3]
+    assert phone["body"]["before"][0]["sync_cursor"] == 3 and phone["body"]["more"] is False
+    assert [e["cursor"] for e in tablet["body"]["events"]] == [1, 2, 3]
+    assert desk["body"]["events"] == [] and desk["body"]["head"] == 3
+    assert rig.controller.outbox.acks() == {"phone": 1}
+
+
+async def test_a_batch_of_hellos_keeps_its_place_among_other_commands(rig: _Rig) -> None:
+    sync = {**hello("tablet", conn="c-sync"), "cmd": "sync", "args": {"cursor": 0}}
+    await rig.submit(hello("phone"), sync, hello("desk"))
+    got = await rig.replies_for(3)
+    assert [r["conn"] for r in got] == ["c-phone", "c-sync", "c-desk"]
+    assert got[1]["body"]["before"][0]["type"] == "sync.ack"
+
+
+async def test_an_entry_already_carried_out_is_acked_without_running_again(rig: _Rig) -> None:
+    await rig.controller._handle_batch([("7-1", hello("phone")), ("7-2", hello("desk"))])
+    assert len(rig.replies) == 2
+    assert rig.controller.outbox.processed_among(["7-1", "7-2", "7-3"]) == {"7-1", "7-2"}
+    # Reclaimed after a crash between the marks and the XACK: skipped, not answered again.
+    await rig.controller._handle_batch([("7-1", hello("phone")), ("7-3", hello("tablet"))])
+    assert [r["conn"] for r in rig.replies] == ["c-phone", "c-desk", "c-tablet"]
+
+
+async def test_a_failing_batch_answers_every_hello_with_an_internal_error(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(rig.controller.devices, "seen_many", broken)
+    await rig.controller._handle_batch([("8-1", hello("phone")), ("8-2", hello("desk"))])
+    assert [(r["conn"], r["body"]["code"]) for r in rig.replies] == [
+        ("c-phone", "internal_error"),
+        ("c-desk", "internal_error"),
+    ]
+    assert rig.controller.outbox.processed_among(["8-1", "8-2"]) == {"8-1", "8-2"}
