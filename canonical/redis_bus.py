@@ -1,8 +1,9 @@
 """The scaled bus on Redis: a stream with a consumer group per tenant, pub/sub doorbells.
 
-Two kinds of connection: redis-py for what blocks or holds a connection (XREADGROUP BLOCK,
-XAUTOCLAIM, pub/sub), and one auto-pipelined connection (redis_mux) for every other
-command, so a storm of hellos costs few round trips and no pool checkouts. Edges keep a
+Three kinds of connection: redis-py for what blocks (XREADGROUP BLOCK, XAUTOCLAIM), a
+subscriber that dispatches messages as it parses them (redis_pubsub), and one
+auto-pipelined connection (redis_mux) for every other command, so a storm of hellos
+costs few round trips and no pool checkouts. Edges keep a
 short-lived token-digest → tenant cache, invalidated through the bus (tenant_cache).
 """
 
@@ -39,7 +40,8 @@ from .bus import (
     token_digest,
 )
 from .errors import BusUnavailable
-from .redis_mux import Command, RedisMux
+from .redis_mux import Command, Endpoint, RedisMux
+from .redis_pubsub import SubscriberWire, hold, open_subscriber
 from .tenant_cache import TenantCache
 
 log = logging.getLogger("hdg.bus")
@@ -67,7 +69,7 @@ class _RedisSubscription(Subscription):
         self._handler = handler
         self._on_reconnect = on_reconnect
         self._tenants: set[str] = set()
-        self._pubsub: Any = None
+        self._wire: SubscriberWire | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -87,18 +89,18 @@ class _RedisSubscription(Subscription):
         delay = 0.1
         first = True
         while not self._closed:
-            pubsub = self._bus.client.pubsub(ignore_subscribe_messages=True)
+            wire: SubscriberWire | None = None
             try:
                 wanted = self._channels()
-                await pubsub.subscribe(*wanted)
-                self._pubsub = pubsub
-                # Tenants added or removed while subscribing were not seen by it.
+                wire = await open_subscriber(self._bus.endpoint, wanted, self._on_message)
+                # Tenants added or removed while subscribing were not in `wanted`.
                 added = [c for c in self._channels() if c not in wanted]
                 removed = [c for c in wanted if c not in self._channels()]
                 if added:
-                    await pubsub.subscribe(*added)
+                    wire.command("SUBSCRIBE", *added)
                 if removed:
-                    await pubsub.unsubscribe(*removed)
+                    wire.command("UNSUBSCRIBE", *removed)
+                self._wire = wire
                 self.connected = True
                 self._bus.tenants.attach(self)
                 self._ready.set()
@@ -106,57 +108,44 @@ class _RedisSubscription(Subscription):
                 if not first and self._on_reconnect is not None:
                     self._on_reconnect()
                 first = False
-                async for message in pubsub.listen():
-                    if message is None or message.get("type") != "message":
-                        continue
-                    channel = message["channel"]
-                    if isinstance(channel, bytes):
-                        channel = channel.decode()
-                    data = message["data"]
-                    if channel == TENANTS_CHANGED:
-                        self._bus.tenants.forget(data.decode() if isinstance(data, bytes) else data)
-                    elif channel == self._edge_channel:
-                        self._handler("direct", self._edge_channel, data)
-                    else:
-                        # hdg:{tenant}:ev
-                        tenant = channel[channel.index("{") + 1 : channel.index("}")]
-                        self._handler("event", tenant, data)
+                reason = await hold(wire)
+                raise BusUnavailable(reason)
             except asyncio.CancelledError:
                 raise
-            except (*_DOWN, RedisError) as exc:
+            except BusUnavailable as exc:
                 self.connected = False
                 self._bus.tenants.detach(self)
-                self._pubsub = None
-                log.warning(
-                    "bus subscription lost (%s); reconnecting in %.1fs", type(exc).__name__, delay
-                )
+                self._wire = None
+                log.warning("bus subscription lost (%s); reconnecting in %.1fs", exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 5.0)
             finally:
-                try:
-                    await pubsub.aclose()
-                except Exception:
-                    pass
+                if wire is not None:
+                    wire.close()
+
+    def _on_message(self, channel_bytes: bytes, data: bytes) -> None:
+        channel = channel_bytes.decode()
+        if channel == self._edge_channel:
+            self._handler("direct", channel, data)
+        elif channel == TENANTS_CHANGED:
+            self._bus.tenants.forget(data.decode())
+        else:
+            # hdg:{tenant}:ev
+            self._handler("event", channel[channel.index("{") + 1 : channel.index("}")], data)
 
     async def add_tenant(self, tenant: str) -> None:
         if tenant in self._tenants:
             return
         self._tenants.add(tenant)
-        if self._pubsub is not None:
-            try:
-                await self._pubsub.subscribe(event_channel(tenant))
-            except _DOWN:
-                pass  # resubscribed by _run after reconnect
+        if self._wire is not None:
+            self._wire.command("SUBSCRIBE", event_channel(tenant))  # else at the reconnect
 
     async def remove_tenant(self, tenant: str) -> None:
         if tenant not in self._tenants:
             return
         self._tenants.discard(tenant)
-        if self._pubsub is not None:
-            try:
-                await self._pubsub.unsubscribe(event_channel(tenant))
-            except _DOWN:
-                pass
+        if self._wire is not None:
+            self._wire.command("UNSUBSCRIBE", event_channel(tenant))
 
     async def close(self) -> None:
         self._closed = True
@@ -178,6 +167,7 @@ class RedisBus(Bus):
         )
         # Every other command: one connection, pipelined across concurrent callers.
         self.mux = RedisMux(url)
+        self.endpoint = Endpoint(url)  # the subscribers' own connections (redis_pubsub)
         self.tenants = TenantCache()
         self._groups: set[str] = set()
 

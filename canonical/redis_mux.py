@@ -16,8 +16,8 @@ import contextlib
 import socket
 import ssl
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import hiredis
 from redis.asyncio.connection import RedisSSLContext, parse_url
@@ -45,10 +45,7 @@ class _Wire(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        keepalive(transport)
 
     def send(self, commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
         if self.lost is not None:
@@ -113,20 +110,66 @@ class _Wire(asyncio.Protocol):
                 future.exception()  # the caller gets it; not logged if it stopped waiting
 
 
+P = TypeVar("P", bound=asyncio.Protocol)
+
+
+class Endpoint:
+    """Where and how to connect, from a redis:// rediss:// or unix:// URL (host, port,
+    socket path, TLS, username/password, db)."""
+
+    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
+        options: dict[str, Any] = dict(parse_url(url))
+        self.path: str | None = options.get("path")
+        self.host = str(options.get("host") or "localhost")
+        self.port = int(options.get("port") or 6379)
+        self.db = int(options.get("db") or 0)
+        self.username: str | None = options.get("username")
+        self.password: str | None = options.get("password")
+        self.timeout = float(options.get("socket_connect_timeout") or connect_timeout)
+        self.ssl = _ssl_context(options) if url.startswith("rediss://") else None
+
+    async def connect(self, factory: Callable[[], P]) -> P:
+        """An open connection speaking ``factory``'s protocol; raises BusUnavailable."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.path:
+                opening = loop.create_unix_connection(factory, self.path)
+            else:
+                opening = loop.create_connection(
+                    factory,
+                    self.host,
+                    self.port,
+                    ssl=self.ssl,
+                    server_hostname=self.host if self.ssl is not None else None,
+                )
+            _, protocol = await asyncio.wait_for(opening, self.timeout)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise BusUnavailable(f"cannot reach redis: {exc or type(exc).__name__}") from exc
+        return protocol
+
+    def auth(self) -> list[Command]:
+        """The command that authenticates a new connection (none without a password)."""
+        if self.password is None:
+            return []
+        if self.username:
+            return [("AUTH", self.username, self.password)]
+        return [("AUTH", self.password)]
+
+
+def keepalive(transport: asyncio.BaseTransport) -> None:
+    """TCP keep-alive, so a peer that vanished without a FIN is noticed eventually."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+
+
 class RedisMux:
     """Lazily connected; reconnects on the next command after a failure. Connection
     trouble raises BusUnavailable; an error reply raises redis' ResponseError."""
 
     def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
-        options: dict[str, Any] = dict(parse_url(url))
-        self._path: str | None = options.get("path")
-        self._host = str(options.get("host") or "localhost")
-        self._port = int(options.get("port") or 6379)
-        self._db = int(options.get("db") or 0)
-        self._username: str | None = options.get("username")
-        self._password: str | None = options.get("password")
-        self._timeout = float(options.get("socket_connect_timeout") or connect_timeout)
-        self._ssl = _ssl_context(options) if url.startswith("rediss://") else None
+        self._endpoint = Endpoint(url, connect_timeout)
         self._wire: _Wire | None = None
         self._connecting: asyncio.Task[_Wire] | None = None
 
@@ -184,29 +227,11 @@ class RedisMux:
             self._wire = task.result()
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Wire:
-        try:
-            if self._path:
-                opening = loop.create_unix_connection(lambda: _Wire(loop), self._path)
-            else:
-                opening = loop.create_connection(
-                    lambda: _Wire(loop),
-                    self._host,
-                    self._port,
-                    ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None,
-                )
-            _, wire = await asyncio.wait_for(opening, self._timeout)
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise BusUnavailable(f"cannot reach redis: {exc or type(exc).__name__}") from exc
-        setup: list[Command] = []
-        if self._password is not None:
-            setup.append(
-                ("AUTH", self._username, self._password)
-                if self._username
-                else ("AUTH", self._password)
-            )
-        if self._db:
-            setup.append(("SELECT", self._db))
+        endpoint = self._endpoint
+        wire = await endpoint.connect(lambda: _Wire(loop))
+        setup = endpoint.auth()
+        if endpoint.db:
+            setup.append(("SELECT", endpoint.db))
         for future in wire.send(setup):
             try:
                 await future
@@ -228,4 +253,4 @@ def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
     ).get()
 
 
-__all__ = ["RedisMux"]
+__all__ = ["Command", "Endpoint", "RedisMux", "keepalive"]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
+from canonical import redis_bus
 from canonical.bus import TENANTS_KEY, command_stream, token_digest
 from canonical.errors import BusUnavailable
 from canonical.redis_bus import RedisBus
@@ -134,26 +135,19 @@ async def test_submit_while_redis_is_down_raises_bus_unavailable_and_recovers_af
 
 
 async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
-    redis_server: RedisServer,
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """add_tenant() racing the (re)connect's SUBSCRIBE must still end up subscribed."""
     bus = RedisBus(redis_server.url)
     publisher = RedisBus(redis_server.url)
     gate = asyncio.Event()
-    real_pubsub = bus.client.pubsub
+    real_open = redis_bus.open_subscriber
 
-    def gated_pubsub(**kwargs: Any) -> Any:
-        pubsub = real_pubsub(**kwargs)
-        real_subscribe = pubsub.subscribe
+    async def gated_open(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()  # the connect + SUBSCRIBE round trip, held open
+        return await real_open(*args, **kwargs)
 
-        async def subscribe(*args: Any, **kw: Any) -> Any:
-            await gate.wait()  # the connect + SUBSCRIBE round trip, held open
-            return await real_subscribe(*args, **kw)
-
-        pubsub.subscribe = subscribe
-        return pubsub
-
-    bus.client.pubsub = gated_pubsub
+    monkeypatch.setattr(redis_bus, "open_subscriber", gated_open)
     recorder = Recorder()
     tenant, edge = unique("tenant"), unique("edge")
     sub = bus.subscription(edge, recorder)

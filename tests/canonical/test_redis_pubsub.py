@@ -1,0 +1,148 @@
+"""The pub/sub connection that dispatches messages as it parses them (canonical.redis_pubsub),
+against a real redis-server, and a silent peer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from canonical.errors import BusUnavailable
+from canonical.redis_mux import Endpoint
+from canonical.redis_pubsub import hold, open_subscriber
+from tests.harness.processes import RedisServer
+
+from .test_bus_contract import unique
+
+
+async def _eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.01)
+
+
+async def test_every_message_of_a_burst_arrives_once_in_order_with_its_channel(
+    redis_server: RedisServer,
+) -> None:
+    got: list[tuple[bytes, bytes]] = []
+    first, second = unique("ch"), unique("ch")
+    wire = await open_subscriber(
+        Endpoint(redis_server.url), [first, second], lambda c, d: got.append((c, d))
+    )
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        async with raw.pipeline(transaction=False) as pipe:
+            for n in range(2000):
+                pipe.publish(first if n % 2 else second, f"m{n}".encode())
+            await pipe.execute()
+        await _eventually(lambda: len(got) == 2000)
+        assert [d for _, d in got] == [f"m{n}".encode() for n in range(2000)]
+        assert {c for c, _ in got} == {first.encode(), second.encode()}
+    finally:
+        wire.close()
+        await raw.aclose()
+
+
+async def test_a_handler_that_fails_on_one_message_does_not_end_the_subscription(
+    redis_server: RedisServer,
+) -> None:
+    got: list[bytes] = []
+
+    def handler(channel: bytes, data: bytes) -> None:
+        if data == b"bad":
+            raise ValueError("undecodable")
+        got.append(data)
+
+    channel = unique("ch")
+    wire = await open_subscriber(Endpoint(redis_server.url), [channel], handler)
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        for data in (b"one", b"bad", b"two"):
+            await raw.publish(channel, data)
+        await _eventually(lambda: got == [b"one", b"two"])
+        assert not wire.lost.done()
+    finally:
+        wire.close()
+        await raw.aclose()
+
+
+async def test_channels_added_and_removed_later_take_effect(redis_server: RedisServer) -> None:
+    got: list[bytes] = []
+    first, later = unique("ch"), unique("ch")
+    wire = await open_subscriber(Endpoint(redis_server.url), [first], lambda c, d: got.append(d))
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        wire.command("SUBSCRIBE", later)
+        for _ in range(200):  # until Redis has processed the SUBSCRIBE
+            if await raw.publish(later, b"later") == 1:
+                break
+            await asyncio.sleep(0.01)
+        wire.command("UNSUBSCRIBE", first)
+        for _ in range(200):
+            if await raw.publish(first, b"gone") == 0:
+                break
+            await asyncio.sleep(0.01)
+        await _eventually(lambda: b"later" in got)
+        assert b"gone" not in got[got.index(b"later") :]
+    finally:
+        wire.close()
+        await raw.aclose()
+
+
+async def test_a_password_authenticates_and_a_wrong_one_is_unavailable(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    raw = aioredis.from_url(server.url)
+    await raw.config_set("requirepass", "s3cret-pass")
+    await raw.aclose()
+    host_port = server.url.split("://", 1)[1]
+    good = await open_subscriber(
+        Endpoint(f"redis://:s3cret-pass@{host_port}"), ["c"], lambda c, d: None
+    )
+    good.close()
+    with pytest.raises(BusUnavailable):
+        await open_subscriber(Endpoint(f"redis://:wrong@{host_port}"), ["c"], lambda c, d: None)
+
+
+async def test_hold_returns_when_redis_dies(redis_factory: Callable[..., RedisServer]) -> None:
+    server = redis_factory()
+    wire = await open_subscriber(Endpoint(server.url), ["c"], lambda c, d: None)
+    holding = asyncio.create_task(hold(wire))
+    await asyncio.to_thread(server.kill9)
+    reason = await asyncio.wait_for(holding, 5)
+    assert "lost" in reason
+
+
+async def test_hold_gives_up_on_a_peer_that_confirms_then_goes_silent() -> None:
+    """A link that died without a FIN: PINGs go unanswered, the subscription ends."""
+
+    done = asyncio.Event()
+
+    async def silent_redis(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n")  # the SUBSCRIBE: confirm it, then say nothing
+            writer.write(b"*3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:1\r\n")
+            await writer.drain()
+            await done.wait()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(silent_redis, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        wire = await open_subscriber(
+            Endpoint(f"redis://127.0.0.1:{port}"), ["c"], lambda c, d: None
+        )
+        reason = await asyncio.wait_for(hold(wire, ping_s=0.1), 5)
+        assert "silent" in reason
+    finally:
+        done.set()
+        await asyncio.sleep(0.01)
+        server.close()
+        await server.wait_closed()
