@@ -28,32 +28,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
+from bench.host import (
     CPU_CLIENT,
     CPU_SERVER,
     LOOPBACK,
-    PYTHON,
     REPO,
-    Child,
     CpuMeter,
-    Edge,
     Json,
-    Redis,
-    bounded_gather,
-    free_port,
-    lean_connect,
     machine,
-    now_stamp,
     raise_nofile,
     rss_bytes,
+    uses_uvloop,
+)
+from bench.lean_ws import bounded_gather, iris_hello, lean_connect
+from bench.plugin_side import running_controllers, tenant_token
+from bench.procs import (
+    Edge,
+    Redis,
+    role_parser,
     run_loop,
     serve_stdio,
-    spawn,
-    summary_ms,
-    uses_uvloop,
-    wait_port,
-    write_result,
+    start_peer,
+    start_py_spy,
+    start_role,
 )
+from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
 
 PROFILE = False
 
@@ -87,14 +86,7 @@ class Fleet:
             proto = await lean_connect(url, self.on_text, tag=d)
             self.protos.append(proto)
             if dialect == "iris":
-                hello = {
-                    "type": "hello",
-                    "token": token,
-                    "device_id": f"idle{d:05d}",
-                    "device_name": "bench",
-                    "caps": ["streaming"],
-                    "version": 1,
-                }
+                hello = iris_hello(token, f"idle{d:05d}")
             elif dialect == "pheby":
                 hello = {"type": "hello", "secret": token, "protocol_version": 1}
             else:
@@ -138,21 +130,13 @@ async def client_main() -> None:
 
 
 async def plugin_main(redis_url: str) -> None:
-    import tempfile
-
-    from bench.common import start_controllers, tenant_token
-
     pair = tenant_token(0, "conn")
-    controllers = await start_controllers(redis_url, [pair], Path(tempfile.mkdtemp()))
+    async with running_controllers(redis_url, [pair]):
 
-    async def info() -> Json:
-        return {"token": pair[1]}
+        async def info() -> Json:
+            return {"token": pair[1]}
 
-    try:
         await serve_stdio({"info": info})
-    finally:
-        for controller in controllers:
-            await controller.stop()
 
 
 # =========================================================================== orchestration
@@ -173,7 +157,7 @@ async def measure_levels(
     concurrency: int,
     extra_pids: dict[str, list[int]],
 ) -> Json:
-    client = await Child("client", [PYTHON, __file__, "client"], cpu=CPU_CLIENT).start()
+    client = await start_role(__file__, "client")
     out: Json = {"label": label, "dialect": dialect, "levels": []}
     try:
         # Warm up (imports, first allocations), then the baseline.
@@ -187,24 +171,8 @@ async def measure_levels(
         for level in levels:
             spy = None
             if PROFILE and label == "iris":
-                spy = await asyncio.create_subprocess_exec(
-                    *[
-                        str(Path(sys.executable).parent / "py-spy"),
-                        "record",
-                        "--pid",
-                        str(server_pid),
-                        "--duration",
-                        "4",
-                        "--rate",
-                        "250",
-                        "--format",
-                        "raw",
-                        "--nonblocking",
-                        "--output",
-                        str(REPO / f"bench/results/profile-connections-{level}.txt"),
-                    ],
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
+                spy = await start_py_spy(
+                    server_pid, 4, REPO / f"bench/results/profile-connections-{level}.txt"
                 )
             meter = CpuMeter({"server": [server_pid], "client": [client.pid], **extra_pids})
             meter.start()
@@ -269,9 +237,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
     redis = Redis().start()
     try:
         edge = Edge(redis.url).wait()
-        plugin = await Child(
-            "plugin", [PYTHON, __file__, "plugin", "--redis", redis.url], cpu=CPU_CLIENT
-        ).start()
+        plugin = await start_role(__file__, "plugin", "--redis", redis.url)
         try:
             token = (await plugin.call("info", rpc_timeout=120))["token"]
             extra = {"redis": [redis.pid], "plugin": [plugin.pid]}
@@ -300,16 +266,10 @@ async def orchestrate(options: argparse.Namespace) -> None:
             await plugin.stop()
             edge.stop()
     finally:
-        redis.stop()
+        redis.cleanup()
     if options.raw:
-        port = free_port()
-        proc = spawn(
-            f"raw-{port}",
-            [PYTHON, str(REPO / "bench/peers/raw_ws.py"), "--port", str(port)],
-            cpu=CPU_SERVER,
-        )
+        port, proc = start_peer("raw", "raw_ws.py")
         try:
-            wait_port(port, proc)
             runs.append(
                 await measure_levels(
                     "raw",
@@ -339,19 +299,12 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "placement": f"edge + redis on CPU {CPU_SERVER}; plugin + clients on CPU {CPU_CLIENT}",
         },
         "runs": runs,
-        "wall_s": round(time.monotonic() - started, 1),
     }
-    path = write_result(options.name, data)
-    print(f"wrote {path} in {data['wall_s']} s")
+    write_timed_result(options.name, data, started)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "role", nargs="?", default="orchestrate", choices=["orchestrate", "client", "plugin"]
-    )
+    parser = role_parser(__doc__, "client", "plugin")
     parser.add_argument("--levels", default=None)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--no-raw", dest="raw", action="store_false")
@@ -369,7 +322,7 @@ def main() -> None:
         run_loop(lambda: plugin_main(options.redis))
     else:
         options.levels = options.levels or ("1000,5000" if options.quick else "1000,5000,10000")
-        options.name = options.name or ("connections-quick" if options.quick else "connections")
+        options.name = result_name(options.name, options.quick, "connections")
         asyncio.run(orchestrate(options))
 
 

@@ -26,17 +26,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.hermes_stack import edge_healthy, embedded_gateway, gateway_on_bus
 from canonical.client import DeviceClient
 from tests.harness.hermes_home import HermesHome
-from tests.harness.processes import (
-    EdgeProcess,
-    HermesGateway,
-    RedisServer,
-    ScriptedModel,
-    free_port,
-    http_ok,
-    stop_all,
-)
+from tests.harness.processes import EdgeProcess, RedisServer, ScriptedModel, stop_all
 
 Json = dict[str, Any]
 
@@ -151,14 +144,13 @@ async def main(turns: int) -> Json:
     results: Json = {}
     try:
         token = secrets.token_urlsafe(24)
-        port = free_port()
         home = HermesHome(model.base_url, path=work / "embedded-home")
-        gateway = HermesGateway(home, env={"ANDROID_TOKEN": token, "ANDROID_WS_PORT": str(port)})
+        gateway, port = embedded_gateway(home, token)
         launched = time.monotonic()
         gateway.start()
         url = f"ws://127.0.0.1:{port}/ws"
         while True:
-            if http_ok(f"http://127.0.0.1:{port}/healthz", timeout=0.2):
+            if edge_healthy(port, timeout=0.2):
                 try:
                     client = await DeviceClient(url).connect()
                     ready = await client.hello_pheby(token)
@@ -178,12 +170,7 @@ async def main(turns: int) -> Json:
         redis = RedisServer(workdir=work / "redis").start()
         token = secrets.token_urlsafe(24)
         home = HermesHome(model.base_url, path=work / "redis-home")
-        gateway = HermesGateway(
-            home, env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": redis.url}
-        ).start()
-        gateway.wait_ready(
-            lambda: (gateway.platform_state("android") or {}).get("state") == "connected", 90
-        )
+        gateway_on_bus(home, token, redis.url, 90)
         edge = EdgeProcess(
             env={"ANDROID_BUS_URL": redis.url}, port_env="ANDROID_WS_PORT", workdir=work / "edge"
         ).start()

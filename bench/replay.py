@@ -28,33 +28,18 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import (
-    CPU_CLIENT,
-    CPU_SERVER,
-    PYTHON,
-    Child,
-    CpuMeter,
-    Edge,
-    Json,
-    Redis,
-    bounded_gather,
-    lean_connect,
-    machine,
-    now_stamp,
-    raise_nofile,
-    run_loop,
-    serve_stdio,
-    summary_ms,
-    tenant_token,
-    write_result,
-)
+from bench.host import CPU_CLIENT, CPU_SERVER, CpuMeter, Json, machine, raise_nofile
+from bench.lean_ws import bounded_gather, iris_hello, lean_connect
+from bench.peers.workload import pad_for, stamp
+from bench.plugin_side import delta_event, running_controllers, tenant_token
+from bench.procs import Edge, Redis, role_parser, run_loop, serve_stdio, start_edges, start_role
+from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
 
 # =========================================================================== roles
 
@@ -121,14 +106,7 @@ class Replayer:
         dev.target = target
         t0 = time.monotonic()
         dev.proto = await lean_connect(url, self.on_text, tag=d)
-        hello: Json = {
-            "type": "hello",
-            "token": token,
-            "device_id": f"replay{d:05d}",
-            "device_name": "bench",
-            "caps": ["streaming"],
-            "version": 1,
-        }
+        hello = iris_hello(token, f"replay{d:05d}")
         if cursor is not None:
             hello["cursor"] = cursor
         t1 = time.monotonic()
@@ -200,38 +178,25 @@ async def client_main() -> None:
 
 
 async def plugin_main(redis_url: str) -> None:
-    from bench.common import start_controllers
-    from bench.peers.workload import pad_for, stamp
-
     pair = tenant_token(0, "replay")
-    (controller,) = await start_controllers(redis_url, [pair], Path(tempfile.mkdtemp()))
     counter = {"i": 0}
+    async with running_controllers(redis_url, [pair]) as (controller,):
 
-    async def info() -> Json:
-        return {"token": pair[1], "head": controller.outbox.head()}
+        async def info() -> Json:
+            return {"token": pair[1], "head": controller.outbox.head()}
 
-    async def emit(count: int, size: int = 200) -> Json:
-        pad = pad_for(size)
-        last = 0
-        for _ in range(count):
-            counter["i"] += 1
-            event = {
-                "type": "message.delta",
-                "lane": ["bench", None],
-                "conversation_id": "bench",
-                "run_id": "run-bench",
-                "message_id": f"m-{counter['i']:07d}",
-                "text": stamp(pad),
-            }
-            last = controller.emit([event])[0]["cursor"]
-            if counter["i"] % 200 == 0:
-                await asyncio.sleep(0)  # let the publisher task drain (nobody listens)
-        return {"head": last}
+        async def emit(count: int, size: int = 200) -> Json:
+            pad = pad_for(size)
+            last = 0
+            for _ in range(count):
+                counter["i"] += 1
+                event = delta_event(f"m-{counter['i']:07d}", stamp(pad))
+                last = controller.emit([event])[0]["cursor"]
+                if counter["i"] % 200 == 0:
+                    await asyncio.sleep(0)  # let the publisher task drain (nobody listens)
+            return {"head": last}
 
-    try:
         await serve_stdio({"info": info, "emit": emit})
-    finally:
-        await controller.stop()
 
 
 # =========================================================================== orchestration
@@ -242,17 +207,14 @@ async def orchestrate(options: argparse.Namespace) -> None:
     started = time.monotonic()
     out: Json = {}
     redis = Redis().start()
-    edges = [Edge(redis.url) for _ in range(2)]
+    edges: list[Edge] = []
     plugin = client = None
     try:
-        for edge in edges:
-            edge.wait()
+        edges = start_edges(redis.url, 2)
         urls = [e.ws_url for e in edges]
-        plugin = await Child(
-            "plugin", [PYTHON, __file__, "plugin", "--redis", redis.url], cpu=CPU_CLIENT
-        ).start()
+        plugin = await start_role(__file__, "plugin", "--redis", redis.url)
         token = (await plugin.call("info", rpc_timeout=120))["token"]
-        client = await Child("client", [PYTHON, __file__, "client"], cpu=CPU_CLIENT).start()
+        client = await start_role(__file__, "client")
         groups = {
             "edges": [e.pid for e in edges],
             "redis": [redis.pid],
@@ -324,7 +286,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
             await plugin.stop()
         for edge in edges:
             edge.stop()
-        redis.stop()
+        redis.cleanup()
     data = {
         "benchmark": "replay",
         "when": now_stamp(),
@@ -338,19 +300,12 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "placement": f"edges + redis on CPU {CPU_SERVER}; plugin + clients on CPU {CPU_CLIENT}",
         },
         **out,
-        "wall_s": round(time.monotonic() - started, 1),
     }
-    path = write_result(options.name, data)
-    print(f"wrote {path} in {data['wall_s']} s")
+    write_timed_result(options.name, data, started)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "role", nargs="?", default="orchestrate", choices=["orchestrate", "client", "plugin"]
-    )
+    parser = role_parser(__doc__, "client", "plugin")
     parser.add_argument("--missed", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--storm", type=int, default=1000)
@@ -367,7 +322,7 @@ def main() -> None:
     else:
         if options.quick:
             options.rounds = min(options.rounds, 3)
-        options.name = options.name or ("replay-quick" if options.quick else "replay")
+        options.name = result_name(options.name, options.quick, "replay")
         asyncio.run(orchestrate(options))
 
 

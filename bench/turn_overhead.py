@@ -42,17 +42,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import Json, machine, now_stamp, write_result
+from bench.hermes_stack import edge_healthy, embedded_gateway, gateway_on_bus
+from bench.host import Json, machine
+from bench.stats import now_stamp, result_name, write_timed_result
 from canonical.client import DeviceClient
 from tests.harness.hermes_home import HermesHome
-from tests.harness.processes import (
-    EdgeProcess,
-    HermesGateway,
-    RedisServer,
-    ScriptedModel,
-    free_port,
-    http_ok,
-)
+from tests.harness.processes import EdgeProcess, RedisServer, ScriptedModel
 
 
 def created_at(db: Path, cursor: int) -> float | None:
@@ -173,11 +168,8 @@ async def measure(mode: str, turns: int, first_token_delay: float, chunk_delay: 
     client: DeviceClient | None = None
     try:
         if mode == "embedded":
-            port = free_port()
-            gateway = HermesGateway(
-                home, env={"ANDROID_TOKEN": token, "ANDROID_WS_PORT": str(port)}
-            ).start()
-            gateway.wait_ready(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 60)
+            gateway, port = embedded_gateway(home, token)
+            gateway.start().wait_ready(lambda: edge_healthy(port), 60)
             url = f"ws://127.0.0.1:{port}/ws"
         else:
             redis = RedisServer().start()
@@ -185,12 +177,7 @@ async def measure(mode: str, turns: int, first_token_delay: float, chunk_delay: 
                 env={"ANDROID_BUS_URL": redis.url, "ANDROID_WS_HOST": "127.0.0.1"},
                 port_env="ANDROID_WS_PORT",
             ).start()
-            gateway = HermesGateway(
-                home, env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": redis.url}
-            ).start()
-            gateway.wait_ready(
-                lambda: (gateway.platform_state("android") or {}).get("state") == "connected", 60
-            )
+            gateway = gateway_on_bus(home, token, redis.url, 60)
             url = edge.ws_url + "/ws"
         client = await DeviceClient(url).connect()
         ack = await client.hello_iris(token, "bench-phone")
@@ -253,10 +240,8 @@ async def main_async(options: argparse.Namespace) -> None:
             "placement": "unpinned (one device; latency, not throughput)",
         },
         "results": results,
-        "wall_s": round(time.monotonic() - started, 1),
     }
-    path = write_result(options.name, data)
-    print(f"wrote {path} in {data['wall_s']} s")
+    write_timed_result(options.name, data, started)
 
 
 def main() -> None:
@@ -272,7 +257,7 @@ def main() -> None:
     options = parser.parse_args()
     if options.quick:
         options.turns = min(options.turns, 4)
-    options.name = options.name or ("turn_overhead-quick" if options.quick else "turn_overhead")
+    options.name = result_name(options.name, options.quick, "turn_overhead")
     asyncio.run(main_async(options))
 
 

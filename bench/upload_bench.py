@@ -38,9 +38,9 @@ from canonical.client import DeviceClient
 
 # The test harness (real gateway, scripted model) lives in the repository, not the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.harness.hermes_gateway import HermesGateway
+from bench.hermes_stack import edge_healthy, embedded_gateway
 from tests.harness.hermes_home import HermesHome
-from tests.harness.proc import free_port, http_ok, stop_all
+from tests.harness.proc import stop_all
 from tests.harness.services import ScriptedModel
 
 MIB = 1024 * 1024
@@ -182,19 +182,11 @@ async def bench(mib: int, runs: int, workdir: Path) -> dict[str, Any]:
     model = ScriptedModel(workdir=workdir / "model").start()
     home = HermesHome(model.base_url, path=workdir / "home")
     token = secrets.token_urlsafe(24)
-    port = free_port()
-    gateway = HermesGateway(
-        home,
-        env={
-            "ANDROID_TOKEN": token,
-            "ANDROID_WS_PORT": str(port),
-            "ANDROID_MAX_UPLOAD_BYTES": str(size),
-        },
-    )
+    gateway, port = embedded_gateway(home, token, ANDROID_MAX_UPLOAD_BYTES=str(size))
     gateway.start()
     base = f"http://127.0.0.1:{port}"
     try:
-        gateway.wait_ready(lambda: http_ok(base + "/healthz"), 90)
+        gateway.wait_ready(lambda: edge_healthy(port), 90)
         sampler = RssSampler(gateway.pid)
         client = await DeviceClient(f"ws://127.0.0.1:{port}/ws").connect()
         ready = await client.hello_pheby(token)
