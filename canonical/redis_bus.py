@@ -278,6 +278,13 @@ class RedisBus(Bus):
     async def publish(self, tenant: str, payload: bytes) -> None:
         await self.mux.execute("PUBLISH", event_channel(tenant), payload)
 
+    def publish_nowait(self, tenant: str, payload: bytes) -> bool:
+        sent = self.mux.try_send(("PUBLISH", event_channel(tenant), payload))
+        if sent is None:
+            return False
+        sent.add_done_callback(_publish_done)
+        return True
+
     async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
         channel = event_channel(tenant)
         await self.mux.pipeline([("PUBLISH", channel, payload) for payload in payloads])
@@ -347,6 +354,11 @@ class RedisBus(Bus):
     async def close(self) -> None:
         await self.mux.close()
         await self.client.aclose()
+
+
+def _publish_done(sent: asyncio.Future[Any]) -> None:
+    if not sent.cancelled() and sent.exception() is not None:
+        log.warning("bus unavailable; event kept in the outbox for replay")
 
 
 def _xadd(tenant: str, command: Json) -> Command:

@@ -177,6 +177,14 @@ class RedisMux:
         wire = await self._ready()
         return await wire.send([command])[0]
 
+    def try_send(self, command: Command) -> asyncio.Future[Any] | None:
+        """Send now, without awaiting, if the connection is up (in order with every command
+        sent before); None when it is not (connecting, lost, or made on another loop)."""
+        wire = self._wire
+        if wire is None or wire.lost is not None or wire.loop is not asyncio.get_running_loop():
+            return None
+        return wire.send([command])[0]
+
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Replies in order; raises the first error reply once all have arrived."""
         if not commands:

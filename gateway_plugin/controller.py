@@ -92,6 +92,7 @@ class Controller:
         self.push = PushScheduler(self, None)
         self.jobs = JobQueue(settings, self.attachments.storage_root)
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._publishing = False  # the publisher has a batch in flight
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
         self._orphans: dict[Lane, Json] = {}
@@ -178,17 +179,28 @@ class Controller:
         """Sequence events in the outbox, then ring the doorbell (in cursor order)."""
         if not events:
             return []
-        sequenced = self.outbox.append(events)
-        self.publish(sequenced)
+        stored = self.outbox.append_encoded(events)
+        sequenced = [event for event, _ in stored]
+        self._ring(sequenced, [body.encode() for _, body in stored])
         return sequenced
 
     def publish(self, sequenced: list[Json]) -> None:
+        self._ring(sequenced, [_DUMPS(event).encode() for event in sequenced])
+
+    def _ring(self, sequenced: list[Json], payloads: list[bytes]) -> None:
         self.push.on_published(sequenced)
         for event in sequenced:
             cursor = event.get("cursor")
             if isinstance(cursor, int) and cursor > self._seen_head:
                 self._seen_head = cursor
-            self._publish_queue.put_nowait(_DUMPS(event).encode())
+        queue = self._publish_queue
+        for payload in payloads:
+            # Straight onto the bus connection when nothing is queued or in flight (no
+            # task wake-up per event); otherwise behind what is, so order holds.
+            if queue.empty() and not self._publishing:
+                if self.bus.publish_nowait(self.tenant, payload):
+                    continue
+            queue.put_nowait(payload)
 
     async def _external_appends(self) -> None:
         """Deliveries another process (a CLI cron run) appended to the outbox: publish them.
@@ -206,6 +218,7 @@ class Controller:
             batch = [await self._publish_queue.get()]
             while len(batch) < PUBLISH_BATCH and not self._publish_queue.empty():
                 batch.append(self._publish_queue.get_nowait())
+            self._publishing = True
             try:
                 if len(batch) > 1:
                     await self.bus.publish_many(self.tenant, batch)
@@ -215,6 +228,8 @@ class Controller:
                 # The outbox has it; edges resync every device from its cursor when
                 # their subscription comes back, so dropping the doorbell loses nothing.
                 log.warning("bus unavailable; event kept in the outbox for replay")
+            finally:
+                self._publishing = False
 
     async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
         edge, conn = command.get("edge"), command.get("conn")

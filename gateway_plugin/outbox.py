@@ -73,8 +73,12 @@ class Outbox:
     # -- events
     def append(self, events: list[Json]) -> list[Json]:
         """Sequence events atomically; return them with `cursor` set (and `ts` if missing)."""
+        return [event for event, _ in self.append_encoded(events)]
+
+    def append_encoded(self, events: list[Json]) -> list[tuple[Json, str]]:
+        """As `append`, with each event's JSON as stored (what the publisher sends on)."""
         now = time.time()
-        out: list[Json] = []
+        out: list[tuple[Json, str]] = []
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
@@ -164,7 +168,7 @@ class Outbox:
                         "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
                         (run["run_id"], _DUMPS(run["lane"]), run.get("conversation_id"), now),
                     )
-                out = _sequence(cur, events, now)
+                out = [event for event, _ in _sequence(cur, events, now)]
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -290,10 +294,16 @@ class Outbox:
         return {r[0]: int(r[1]) for r in rows}
 
 
-def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[Json]:
+def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[tuple[Json, str]]:
     """Give each event the next cursor inside the caller's transaction. A delta replaces
-    its message's previous delta; a complete message drops its deltas (they are cumulative)."""
-    out: list[Json] = []
+    its message's previous delta; a complete message drops its deltas (they are cumulative).
+
+    The write lock is held (BEGIN IMMEDIATE), so the next cursor is AUTOINCREMENT's
+    counter + 1: the row goes in once, body and cursor together (inserting an explicit
+    larger rowid moves the counter on, as AUTOINCREMENT itself would)."""
+    row = cur.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+    cursor = int(row[0]) if row else 0
+    out: list[tuple[Json, str]] = []
     for event in events:
         kind = event["type"]
         key = None
@@ -302,12 +312,12 @@ def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[Json]
             cur.execute("DELETE FROM events WHERE coalesce_key = ?", (stale,))
             if kind == "message.delta":
                 key = stale
-        cur.execute(
-            "INSERT INTO events(created, type, coalesce_key, body) VALUES (?, ?, ?, '')",
-            (now, kind, key),
-        )
-        cursor = int(cur.lastrowid or 0)
+        cursor += 1
         sequenced = {**event, "cursor": cursor}
-        cur.execute("UPDATE events SET body = ? WHERE cursor = ?", (_DUMPS(sequenced), cursor))
-        out.append(sequenced)
+        body = _DUMPS(sequenced)
+        cur.execute(
+            "INSERT INTO events(cursor, created, type, coalesce_key, body) VALUES (?, ?, ?, ?, ?)",
+            (cursor, now, kind, key, body),
+        )
+        out.append((sequenced, body))
     return out

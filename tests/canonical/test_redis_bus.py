@@ -262,3 +262,27 @@ async def _cached(bus: RedisBus, token: str, tenant: str) -> None:
 
 async def _is(pending: Any, expected: Any) -> bool:
     return bool(await pending == expected)
+
+
+async def test_publish_nowait_hands_events_over_in_order_once_connected(
+    redis_server: RedisServer,
+) -> None:
+    bus = RedisBus(redis_server.url)
+    recorder = Recorder()
+    tenant, edge = unique("tenant"), unique("edge")
+    sub = bus.subscription(edge, recorder)
+    try:
+        assert bus.publish_nowait(tenant, b"before") is False  # not connected yet
+        await sub.start()
+        await sub.add_tenant(tenant)
+        await settle(recorder, lambda p: bus.publish(tenant, p))
+        sent = [f"n{n}".encode() for n in range(50)]
+        for n, payload in enumerate(sent):
+            if n % 10 == 0:
+                await bus.publish(tenant, payload)
+            else:
+                assert bus.publish_nowait(tenant, payload) is True
+        await _wait_until(lambda: recorder.payloads()[-50:] == sent, timeout=5.0)
+    finally:
+        await sub.close()
+        await bus.close()

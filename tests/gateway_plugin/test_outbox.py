@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 import types
@@ -123,6 +124,22 @@ def test_cursors_are_never_reused_after_coalescing(outbox: Outbox) -> None:
     outbox.append([complete("m1")])
     assert cursors(outbox.append([other()])) == [3]
     assert outbox.head() == 3
+
+
+def test_cursors_continue_after_the_newest_rows_were_coalesced_or_trimmed_away(
+    outbox: Outbox, clock: Clock
+) -> None:
+    outbox.append([other(1), delta("m1", "a")])
+    outbox.append([complete("m1")])  # drops cursor 2, the newest row but one
+    clock.now += 60
+    assert outbox.trim(older_than=clock.now) == 2  # the table is empty now
+    assert cursors(outbox.append([other(2)])) == [4]
+
+
+def test_the_encoded_body_is_the_stored_event_with_its_cursor(outbox: Outbox) -> None:
+    [(event, body)] = outbox.append_encoded([other(1)])
+    assert json.loads(body) == event == {**other(1), "cursor": 1}
+    assert outbox.since(0)[0] == [event]
 
 
 def test_since_returns_events_after_the_cursor_oldest_first(outbox: Outbox) -> None:
