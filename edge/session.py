@@ -161,7 +161,9 @@ class DeviceSession:
 
     async def _hello(self) -> Connection:
         try:
-            raw = await asyncio.wait_for(_receive_frame(self.ws), HELLO_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: no extra task per connection (3.11).
+            async with asyncio.timeout(HELLO_TIMEOUT_S):
+                raw = await _receive_frame(self.ws)
         except TimeoutError:
             raise _Refused(
                 "pheby", "auth_timeout", "no hello within 10 seconds", CLOSE_AUTH_TIMEOUT
