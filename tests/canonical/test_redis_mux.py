@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,6 +15,7 @@ from redis.exceptions import ResponseError
 
 from canonical.errors import BusUnavailable
 from canonical.redis_mux import RedisMux
+from tests.harness.certs import self_signed
 from tests.harness.proc import ManagedProcess, free_port, port_is_open
 from tests.harness.processes import RedisServer
 
@@ -189,38 +188,19 @@ def test_it_runs_on_uvloop(redis_server: RedisServer) -> None:
     assert uvloop.run(main()) == [str(i).encode() for i in range(20)]
 
 
-def _self_signed(directory: Path) -> None:
-    """A CA and a server certificate it signed (openssl), in `directory`."""
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    key = ["-newkey", "rsa:2048", "-nodes"]
-    openssl(
-        "req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=ca", "-days", "1"
-    )
-    openssl("req", *key, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
-    openssl(
-        "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "server.crt", "-days", "1",
-    )  # fmt: skip
-
-
 async def test_rediss_urls_connect_over_tls_and_verify_the_server(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None or shutil.which("redis-server") is None:
-        pytest.skip("needs openssl and redis-server")
-    _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)  # its own CA
     port = free_port()
     server = ManagedProcess(
         "redis-tls",
         ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-         "--tls-cert-file", "server.crt", "--tls-key-file", "server.key",
-         "--tls-ca-cert-file", "ca.crt", "--tls-auth-clients", "no",
+         "--tls-cert-file", str(cert), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no",
          "--save", "", "--appendonly", "no"],
         log_path=tmp_path / "redis.log",
         cwd=tmp_path,
     ).start()  # fmt: skip
-    trusted = RedisMux(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}")
+    trusted = RedisMux(f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={cert}")
     untrusted = RedisMux(f"rediss://127.0.0.1:{port}/0")
     try:
         deadline = time.monotonic() + 10
