@@ -10,6 +10,8 @@ import re
 import unicodedata
 from typing import Final
 
+from gateway_plugin.channel_store import MAX_NAME_LEN
+
 FALLBACK_TITLE: Final = "New thread"
 MAX_GENERATED_LEN: Final = 60
 ELLIPSIS: Final = "…"
@@ -98,9 +100,11 @@ def _capitalise(text: str) -> str:
 
 def derive_title(text: str, max_len: int = 48) -> str:
     """A short title from the user's opening message: its first sentence or clause, cut
-    at a word boundary (characters for CJK) to ``max_len`` with "…". Never empty."""
+    at a word boundary (characters for CJK) to ``max_len`` with "…". Never empty, and
+    never longer than a channel name may be (the title names the thread)."""
     if max_len < len(FALLBACK_TITLE):
         raise ValueError(f"max_len must be at least {len(FALLBACK_TITLE)}")
+    max_len = min(max_len, MAX_NAME_LEN)
     title = _derive_once(text, max_len)
     # Trimming can expose markup again ("/cmd… more" -> "/cmd"); settle on a fixpoint so
     # re-deriving a title (replays, renames) never changes it.

@@ -96,6 +96,11 @@ def test_a_single_overlong_word_is_hard_cut() -> None:
     assert derive_title("x" * 200, max_len=12) == "X" * 1 + "x" * 10 + "…"
 
 
+def test_a_max_len_past_the_channel_name_limit_still_gives_a_valid_name() -> None:
+    title = derive_title("0" * 101, max_len=101)  # found by Hypothesis
+    assert len(title) == 100 and validate_name(title) == title
+
+
 def test_a_tiny_max_len_is_rejected() -> None:
     with pytest.raises(ValueError):
         derive_title("hello", max_len=5)
