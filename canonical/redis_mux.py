@@ -26,8 +26,8 @@ from redis.exceptions import ResponseError
 from .errors import BusUnavailable
 
 Command = Sequence[str | bytes | int | float]
-# hiredis' stub types the argument as a 1-tuple; it takes any number of parts.
-_pack: Any = hiredis.pack_command
+# One RESP command from its parts (hiredis' type hints say a 1-tuple; it takes any number).
+pack_command: Any = hiredis.pack_command
 
 
 class _Wire(asyncio.Protocol):
@@ -52,7 +52,7 @@ class _Wire(asyncio.Protocol):
             raise self.lost
         futures = []
         for command in commands:
-            self.out.append(_pack(tuple(command)))
+            self.out.append(pack_command(tuple(command)))
             future = self.loop.create_future()
             self.waiting.append(future)
             futures.append(future)
@@ -261,4 +261,4 @@ def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
     ).get()
 
 
-__all__ = ["Command", "Endpoint", "RedisMux", "keepalive"]
+__all__ = ["Command", "Endpoint", "RedisMux", "keepalive", "pack_command"]

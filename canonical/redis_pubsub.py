@@ -13,18 +13,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 import hiredis
 from redis.exceptions import ResponseError
 
 from .errors import BusUnavailable
-from .redis_mux import Endpoint, keepalive
+from .redis_mux import Endpoint, keepalive, pack_command
 
 log = logging.getLogger("hdg.bus")
 
-# hiredis' stub types the argument as a 1-tuple; it takes any number of parts.
-_pack: Any = hiredis.pack_command
 MessageHandler = Callable[[bytes, bytes], None]
 
 
@@ -52,7 +50,7 @@ class SubscriberWire(asyncio.Protocol):
 
     def command(self, *parts: str | bytes | int) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_pack(parts))
+            self.transport.write(pack_command(parts))
 
     def subscribe(self, channels: list[str]) -> None:
         """Subscribe; ``subscribed`` resolves once Redis confirmed every channel."""
