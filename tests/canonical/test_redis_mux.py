@@ -16,6 +16,7 @@ from redis.exceptions import ResponseError
 from canonical.errors import BusUnavailable
 from canonical.redis_mux import RedisMux
 from tests.harness.certs import self_signed
+from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.proc import ManagedProcess, free_port, port_is_open
 from tests.harness.processes import RedisServer
 
@@ -129,14 +130,10 @@ async def test_the_url_selects_the_database(redis_server: RedisServer) -> None:
 
 
 async def test_a_password_in_the_url_authenticates_and_a_wrong_one_is_unavailable(
-    redis_factory: Callable[..., RedisServer],
+    redis_with_password: str,
 ) -> None:
-    server = redis_factory()
-    raw = aioredis.from_url(server.url)
-    await raw.config_set("requirepass", "s3cret-pass")
-    await raw.aclose()
-    host_port = server.url.split("://", 1)[1]
-    good = RedisMux(f"redis://:s3cret-pass@{host_port}")
+    host_port = redis_with_password
+    good = RedisMux(f"redis://:{REDIS_PASSWORD}@{host_port}")
     bad = RedisMux(f"redis://:wrong-pass@{host_port}")
     try:
         assert await good.execute("PING") == b"PONG"

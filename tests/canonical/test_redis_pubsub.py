@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from canonical.errors import BusUnavailable
 from canonical.redis_mux import Endpoint
 from canonical.redis_pubsub import hold, open_subscriber
+from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.processes import RedisServer
 
 from .test_bus_contract import unique
@@ -95,15 +96,11 @@ async def test_channels_added_and_removed_later_take_effect(redis_server: RedisS
 
 
 async def test_a_password_authenticates_and_a_wrong_one_is_unavailable(
-    redis_factory: Callable[..., RedisServer],
+    redis_with_password: str,
 ) -> None:
-    server = redis_factory()
-    raw = aioredis.from_url(server.url)
-    await raw.config_set("requirepass", "s3cret-pass")
-    await raw.aclose()
-    host_port = server.url.split("://", 1)[1]
+    host_port = redis_with_password
     good = await open_subscriber(
-        Endpoint(f"redis://:s3cret-pass@{host_port}"), ["c"], lambda c, d: None
+        Endpoint(f"redis://:{REDIS_PASSWORD}@{host_port}"), ["c"], lambda c, d: None
     )
     good.close()
     with pytest.raises(BusUnavailable):

@@ -67,6 +67,21 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
         server.stop()
 
 
+REDIS_PASSWORD = "s3cret-pass"
+
+
+@pytest.fixture
+async def redis_with_password(redis_factory: Callable[..., RedisServer]) -> str:
+    """A private Redis that requires REDIS_PASSWORD: its ``host:port``."""
+    import redis.asyncio as aioredis
+
+    server = redis_factory()
+    raw = aioredis.from_url(server.url)
+    await raw.config_set("requirepass", REDIS_PASSWORD)
+    await raw.aclose()
+    return server.url.split("://", 1)[1]
+
+
 @pytest.fixture
 def scripted_model_factory(tmp_path: Path) -> Iterator[Callable[..., ScriptedModel]]:
     """Private scripted model servers, e.g. with ``first_token_delay`` / ``chunk_delay``."""
