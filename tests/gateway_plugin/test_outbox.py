@@ -186,6 +186,41 @@ def test_trimmed_upto_never_moves_back(outbox: Outbox, clock: Clock) -> None:
     assert outbox.trimmed_upto() == 2
 
 
+def test_trim_walks_past_more_old_events_than_one_chunk_reads(outbox: Outbox, clock: Clock) -> None:
+    outbox.append([other(n) for n in range(2500)])
+    clock.now += 3600
+    outbox.append([other(9999)])
+    assert outbox.trim(older_than=clock.now - 1800) == 2500
+    assert cursors(outbox.since(0)[0]) == [2501]
+    assert outbox.trimmed_upto() == 2500
+
+
+def test_trim_stops_at_the_first_newer_event_even_if_an_older_one_follows_it(
+    outbox: Outbox, clock: Clock
+) -> None:
+    outbox.append([other(1)])
+    clock.now += 3600
+    outbox.append([other(2)])
+    clock.now -= 3600  # the wall clock stepped back
+    outbox.append([other(3)])
+    clock.now += 3600
+    assert outbox.trim(older_than=clock.now - 1800) == 1
+    assert cursors(outbox.since(0)[0]) == [2, 3]
+
+
+def test_an_outbox_from_before_drops_its_created_index_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "outbox.db"
+    Outbox(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE INDEX events_created ON events(created)")
+    reopened = Outbox(path)
+    reopened.close()
+    with sqlite3.connect(path) as db:
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "events_created" not in names
+    assert "events_coalesce" in names
+
+
 # --------------------------------------------------------------------------- idempotency
 
 
