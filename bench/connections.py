@@ -170,9 +170,9 @@ async def measure_levels(
         have = 0
         for level in levels:
             spy = None
-            if PROFILE and label == "iris":
+            if PROFILE:
                 spy = await start_py_spy(
-                    server_pid, 4, REPO / f"bench/results/profile-connections-{level}.txt"
+                    server_pid, 4, REPO / f"bench/results/profile-connections-{label}-{level}.txt"
                 )
             meter = CpuMeter({"server": [server_pid], "client": [client.pid], **extra_pids})
             meter.start()
@@ -312,7 +312,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None)
     parser.add_argument("--redis")
-    parser.add_argument("--profile", action="store_true", help="py-spy the edge (iris levels)")
+    parser.add_argument("--profile", action="store_true", help="py-spy the edge at each level")
     options = parser.parse_args()
     global PROFILE
     PROFILE = options.profile

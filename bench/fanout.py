@@ -74,11 +74,12 @@ async def profile(options: argparse.Namespace) -> None:
     raise_nofile()
     n = int(options.ns.split(",")[0])
     size = int(options.sizes.split(",")[0])
-    system = await System("ours", 1).start()
+    tenants = options.tenant_count  # e.g. --tenants 500 --ns 1000: 500 users x 2 devices
+    system = await System("ours", tenants).start()
     client = await start_role(SCRIPT, "client")
     out: Json = {}
     try:
-        await connect_devices(system, client, n, n)
+        await connect_devices(system, client, n, n // tenants)
         await asyncio.sleep(0.5)
         targets = {"edge": system.server_pids[0], "producer": system.producer.pid}
         files = {k: REPO / "bench/results" / f"profile-{options.name}-{k}.txt" for k in targets}
@@ -86,13 +87,14 @@ async def profile(options: argparse.Namespace) -> None:
             await start_py_spy(pid, int(options.step_s), files[k]) for k, pid in targets.items()
         ]
         _, got, cpu = await run_step(
-            system, client, options.profile / n, options.step_s, size, drain_s=3.0
+            system, client, options.profile / (n / tenants), options.step_s, size, drain_s=3.0
         )
         for spy_proc in spies:
             await asyncio.wait_for(spy_proc.wait(), 60)
         out = {
             "rate": options.profile,
             "n": n,
+            "tenants": tenants,
             "size": size,
             "client": got,
             "cpu": cpu,
@@ -117,7 +119,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
     ladder = [int(x) for x in options.ladder.split(",")] if options.ladder else LADDER
     started = time.monotonic()
     results: list[Json] = []
-    for name in systems:
+    for name in systems if not options.only_tenants else []:
         results += await run_system(name, ns, sizes, options.step_s, ladder)
     if options.tenants:
         for name in [s for s in systems if s in ("ours", "sio")]:
@@ -155,6 +157,9 @@ def main() -> None:
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--step-s", type=float, default=None)
     parser.add_argument("--no-tenants", dest="tenants", action="store_false")
+    parser.add_argument(
+        "--only-tenants", action="store_true", help="just the 500 tenants x 2 devices sweep"
+    )
     parser.add_argument("--name", default=None)
     parser.add_argument("--ladder", default=None, help="deliveries/s steps (comma list)")
     parser.add_argument("--redis")

@@ -163,6 +163,7 @@ async def start_py_spy(pid: int, seconds: int, output: Path) -> asyncio.subproce
         "--format",
         "raw",
         "--nonblocking",
+        *(["--native"] if os.environ.get("BENCH_PY_SPY_NATIVE") else []),
         "--output",
         str(output),
         stdout=asyncio.subprocess.DEVNULL,
