@@ -234,19 +234,27 @@ async def orchestrate(options: argparse.Namespace) -> None:
     levels = [int(x) for x in options.levels.split(",")]
     started = time.monotonic()
     runs: list[Json] = []
-    redis = Redis().start()
+    redis = Redis(CPU_CLIENT if options.redis_with_clients else CPU_SERVER).start()
     try:
         edge = Edge(redis.url).wait()
         plugin = await start_role(__file__, "plugin", "--redis", redis.url)
         try:
             token = (await plugin.call("info", rpc_timeout=120))["token"]
             extra = {"redis": [redis.pid], "plugin": [plugin.pid]}
-            runs.append(
-                await measure_levels(
-                    "iris", edge.pid, edge.ws_url, "iris", token, levels, options.concurrency, extra
+            if options.iris:
+                runs.append(
+                    await measure_levels(
+                        "iris",
+                        edge.pid,
+                        edge.ws_url,
+                        "iris",
+                        token,
+                        levels,
+                        options.concurrency,
+                        extra,
+                    )
                 )
-            )
-            runs[-1]["uvloop"] = uses_uvloop(edge.pid)
+                runs[-1]["uvloop"] = uses_uvloop(edge.pid)
             if options.pheby:
                 edge.stop()
                 edge = Edge(redis.url).wait()
@@ -296,7 +304,11 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "memory": "(edge RSS after the level, 2 s settle) − (RSS after a 20-device warm-up "
             "closed) / devices",
             "plugin": "real Controller with a stand-in AgentPort (bench.common.BenchAgent)",
-            "placement": f"edge + redis on CPU {CPU_SERVER}; plugin + clients on CPU {CPU_CLIENT}",
+            "placement": (
+                f"edge on CPU {CPU_SERVER}; redis, plugin + clients on CPU {CPU_CLIENT}"
+                if options.redis_with_clients
+                else f"edge + redis on CPU {CPU_SERVER}; plugin + clients on CPU {CPU_CLIENT}"
+            ),
         },
         "runs": runs,
     }
@@ -309,6 +321,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--no-raw", dest="raw", action="store_false")
     parser.add_argument("--no-pheby", dest="pheby", action="store_false")
+    parser.add_argument("--no-iris", dest="iris", action="store_false")
+    parser.add_argument(
+        "--redis-with-clients",
+        action="store_true",
+        help=f"pin redis-server to CPU {CPU_CLIENT} (clients, plugin) so the edge has CPU "
+        f"{CPU_SERVER} to itself, as the raw peer does",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None)
     parser.add_argument("--redis")

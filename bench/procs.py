@@ -68,12 +68,13 @@ def spawn(
 
 
 class Redis(RedisServer):
-    """A private redis-server on a free loopback port, pinned to the server CPU (stop it,
-    and remove its directory, with ``cleanup()``)."""
+    """A private redis-server on a free loopback port, pinned to the server CPU unless told
+    otherwise (stop it, and remove its directory, with ``cleanup()``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: str = CPU_SERVER) -> None:
         super().__init__()
-        self.process.argv = pinned(self.process.argv, CPU_SERVER)
+        self.cpu = cpu
+        self.process.argv = pinned(self.process.argv, cpu)
 
 
 class Edge:
