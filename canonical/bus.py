@@ -30,6 +30,10 @@ TENANTS_KEY = f"{PREFIX}:tenants"
 # Token digests whose tenant mapping changed (payload: the digest): edges drop them from
 # their tenant cache (redis_bus.TenantCache).
 TENANTS_CHANGED = f"{PREFIX}:tenants:changed"
+# A hello failed (payload: "<seconds it counts>:<source>"), and the index of every source
+# with failures (sorted set, score: unix time they stop counting): edges' lockout views.
+LOCKOUTS_CHANGED = f"{PREFIX}:lockouts:changed"
+LOCKOUT_INDEX = f"{PREFIX}:lockouts"
 CONSUMER_GROUP = "plugin"
 
 

@@ -25,6 +25,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .bus import (
     CONSUMER_GROUP,
+    LOCKOUT_INDEX,
+    LOCKOUTS_CHANGED,
     TENANTS_CHANGED,
     TENANTS_KEY,
     Bus,
@@ -40,6 +42,7 @@ from .bus import (
     token_digest,
 )
 from .errors import BusUnavailable
+from .lockout_view import LockoutView
 from .redis_mux import Command, Endpoint, RedisMux
 from .redis_pubsub import SubscriberWire, hold, open_subscriber
 from .tenant_cache import TenantCache
@@ -83,7 +86,12 @@ class _RedisSubscription(Subscription):
             log.warning("bus subscription not ready yet; retrying in the background")
 
     def _channels(self) -> list[str]:
-        return [self._edge_channel, TENANTS_CHANGED, *(event_channel(t) for t in self._tenants)]
+        return [
+            self._edge_channel,
+            TENANTS_CHANGED,
+            LOCKOUTS_CHANGED,
+            *(event_channel(t) for t in self._tenants),
+        ]
 
     async def _run(self) -> None:
         delay = 0.1
@@ -100,9 +108,12 @@ class _RedisSubscription(Subscription):
                     wire.command("SUBSCRIBE", *added)
                 if removed:
                     wire.command("UNSUBSCRIBE", *removed)
+                # Subscribed first, then the index: a failure is in one or the other.
+                failing = await self._bus.failing_sources()
                 self._wire = wire
                 self.connected = True
                 self._bus.tenants.attach(self)
+                self._bus.lockouts.attach(self, failing)
                 self._ready.set()
                 delay = 0.1
                 if not first and self._on_reconnect is not None:
@@ -115,6 +126,7 @@ class _RedisSubscription(Subscription):
             except BusUnavailable as exc:
                 self.connected = False
                 self._bus.tenants.detach(self)
+                self._bus.lockouts.detach(self)
                 self._wire = None
                 log.warning("bus subscription lost (%s); reconnecting in %.1fs", exc, delay)
                 await asyncio.sleep(delay * (0.5 + random.random()))
@@ -129,6 +141,12 @@ class _RedisSubscription(Subscription):
             self._handler("direct", channel, data)
         elif channel == TENANTS_CHANGED:
             self._bus.tenants.forget(data.decode())
+        elif channel == LOCKOUTS_CHANGED:
+            ttl, _, source = data.decode().partition(":")
+            try:
+                self._bus.lockouts.note(source, float(ttl))
+            except ValueError:
+                log.warning("dropping an undecodable lockout notice")
         else:
             # hdg:{tenant}:ev
             self._handler("event", channel[channel.index("{") + 1 : channel.index("}")], data)
@@ -150,6 +168,7 @@ class _RedisSubscription(Subscription):
     async def close(self) -> None:
         self._closed = True
         self._bus.tenants.detach(self)
+        self._bus.lockouts.detach(self)
         if self._task is not None:
             self._task.cancel()
             try:
@@ -169,6 +188,7 @@ class RedisBus(Bus):
         self.mux = RedisMux(url)
         self.endpoint = Endpoint(url)  # the subscribers' own connections (redis_pubsub)
         self.tenants = TenantCache()
+        self.lockouts = LockoutView()
         self._groups: set[str] = set()
 
     async def _ensure_group(self, tenant: str) -> str:
@@ -307,13 +327,36 @@ class RedisBus(Bus):
 
     async def lockout_hit(self, source: str, window_s: float) -> int:
         key = lockout_key(source)
-        *_, (count, _) = await self.mux.pipeline(
-            [("MULTI",), ("INCR", key), ("EXPIRE", key, int(window_s), "NX"), ("EXEC",)]
+        self.lockouts.note(source, window_s)
+        now = time.time()
+        replies = await self.mux.pipeline(
+            [
+                ("MULTI",),
+                ("INCR", key),
+                ("EXPIRE", key, int(window_s), "NX"),
+                ("EXEC",),
+                # For the lockout views of other edges: the index, then the notice.
+                ("ZADD", LOCKOUT_INDEX, now + window_s, source),
+                ("ZREMRANGEBYSCORE", LOCKOUT_INDEX, "-inf", now),
+                ("PUBLISH", LOCKOUTS_CHANGED, f"{window_s}:{source}"),
+            ]
         )
+        count, _ = replies[3]
         return int(count)
 
     async def lockout_count(self, source: str) -> int:
+        if self.lockouts.certainly_clear(source):
+            return 0  # no edge recorded a failure of this source within the window
         return int(await self.mux.execute("GET", lockout_key(source)) or 0)
+
+    async def failing_sources(self) -> list[tuple[str, float]]:
+        """Every source with failures that still count, and for how many seconds."""
+        now = time.time()
+        try:
+            flat = await self.mux.execute("ZRANGEBYSCORE", LOCKOUT_INDEX, now, "+inf", "WITHSCORES")
+        except ResponseError as exc:  # e.g. the key holds something else: not usable
+            raise BusUnavailable(f"lockout index unreadable: {exc}") from exc
+        return [(flat[i].decode(), float(flat[i + 1]) - now) for i in range(0, len(flat), 2)]
 
     async def tenant_count(self) -> int:
         return int(await self.mux.execute("HLEN", TENANTS_KEY))

@@ -286,3 +286,81 @@ async def test_publish_nowait_hands_events_over_in_order_once_connected(
     finally:
         await sub.close()
         await bus.close()
+
+
+async def _gets(raw: Any) -> int:
+    stats = await raw.info("commandstats")
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+
+
+async def test_edges_skip_the_lockout_lookup_for_clean_addresses_and_learn_failures_at_once(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()  # private: commandstats count only this test's lookups
+    one, two = RedisBus(server.url), RedisBus(server.url)
+    raw = aioredis.from_url(server.url)
+    subs = [
+        one.subscription(unique("edge"), Recorder()),
+        two.subscription(unique("edge"), Recorder()),
+    ]
+    try:
+        for sub in subs:
+            await sub.start()
+        await _wait_until(lambda: one.lockouts.live and two.lockouts.live)
+        gets = await _gets(raw)
+        assert [await two.lockout_count("10.1.1.1") for _ in range(5)] == [0] * 5
+        assert await _gets(raw) == gets  # answered by the view
+
+        assert await one.lockout_hit("10.1.1.1", 60.0) == 1
+        assert await one.lockout_count("10.1.1.1") == 1  # the recording edge: at once
+        await _eventually(lambda: _is(two.lockout_count("10.1.1.1"), 1))
+        assert await two.lockout_hit("10.1.1.1", 60.0) == 2
+        assert await one.lockout_count("10.1.1.1") == 2
+        assert await _gets(raw) > gets
+        assert await two.lockout_count("10.9.9.9") == 0
+    finally:
+        for sub in subs:
+            await sub.close()
+        await raw.aclose()
+        await one.close()
+        await two.close()
+
+
+async def test_an_edge_that_subscribes_later_knows_the_failures_recorded_before(
+    redis_server: RedisServer,
+) -> None:
+    early, late = RedisBus(redis_server.url), RedisBus(redis_server.url)
+    source = unique("10.2.2")
+    sub = late.subscription(unique("edge"), Recorder())
+    try:
+        for _ in range(3):
+            await early.lockout_hit(source, 60.0)
+        await sub.start()
+        assert late.lockouts.live
+        assert not late.lockouts.certainly_clear(source)
+        assert await late.lockout_count(source) == 3
+    finally:
+        await sub.close()
+        await early.close()
+        await late.close()
+
+
+async def test_while_its_subscription_is_down_an_edge_asks_redis_every_time(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    bus, other = RedisBus(server.url), RedisBus(server.url)
+    reconnects: list[float] = []
+    sub = bus.subscription(unique("edge"), Recorder(), lambda: reconnects.append(1.0))
+    try:
+        await sub.start()
+        await asyncio.to_thread(server.kill9)
+        await _wait_until(lambda: not bus.lockouts.live)
+        await asyncio.to_thread(server.restart)
+        await other.lockout_hit("10.3.3.3", 60.0)  # may land before the view is back
+        await _wait_until(lambda: bool(reconnects))
+        assert await bus.lockout_count("10.3.3.3") == 1
+    finally:
+        await sub.close()
+        await other.close()
+        await bus.close()
