@@ -33,6 +33,7 @@ from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id
 
 from .errors import CommandError
+from .sqlite_file import open_wal
 
 if TYPE_CHECKING:
     from .channel_store import ChannelEntry
@@ -173,7 +174,6 @@ class AttachmentRegistry:
         max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        db_path.parent.mkdir(parents=True, exist_ok=True)
         self.storage_root = storage_root
         self.tenant = tenant
         self.directory = spec.tenant_dir(storage_root, tenant)
@@ -181,10 +181,7 @@ class AttachmentRegistry:
         self.retention_s = retention_days * DAY_S
         self.max_bytes = max_bytes
         self.clock = clock
-        self._db = sqlite3.connect(str(db_path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_wal(db_path, _SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -9,12 +9,13 @@ forgotten; the app gets a new device id when it is paired again.
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .sqlite_file import open_wal
 
 Json = dict[str, Any]
 
@@ -99,13 +100,8 @@ class Device:
 
 class DeviceRegistry:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._db = open_wal(path, _SCHEMA, SCHEMA_VERSION)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .sqlite_file import open_wal
+
 Json = dict[str, Any]
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -57,15 +59,8 @@ CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NUL
 
 class Outbox:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode survives a process crash (kill -9); only power loss can
-        # drop the last transactions. The plugin's promise is about process faults.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._db = open_wal(path, _SCHEMA, SCHEMA_VERSION)
         self._lock = threading.Lock()
 
     def close(self) -> None:

@@ -1,0 +1,26 @@
+"""How the plugin opens its SQLite files (outbox.db, devices.db, attachments.db)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+
+def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Connection:
+    """`path` (its directory made if missing) in WAL mode with `schema` applied.
+
+    One connection shared by the owner's threads (callers serialise with their own lock);
+    autocommit, so callers write their own BEGIN IMMEDIATE … COMMIT. synchronous=NORMAL in
+    WAL mode survives a process crash (kill -9); only power loss can drop the last
+    transactions, and the plugin's promise is about process faults."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.executescript(schema)
+    if version is not None:
+        db.execute(f"PRAGMA user_version={int(version)}")
+    return db
+
+
+__all__ = ["open_wal"]
