@@ -101,15 +101,16 @@ class _RedisSubscription(Subscription):
             try:
                 wanted = self._channels()
                 wire = await open_subscriber(self._bus.endpoint, wanted, self._on_message)
-                # Tenants added or removed while subscribing were not in `wanted`.
+                # Subscribed first, then the index: a failure is in one or the other.
+                failing = await self._bus.failing_sources()
+                # Tenants added or removed meanwhile were not in `wanted`. Nothing awaits
+                # from here to `self._wire = wire`: a later add_tenant() finds the wire.
                 added = [c for c in self._channels() if c not in wanted]
                 removed = [c for c in wanted if c not in self._channels()]
                 if added:
                     wire.command("SUBSCRIBE", *added)
                 if removed:
                     wire.command("UNSUBSCRIBE", *removed)
-                # Subscribed first, then the index: a failure is in one or the other.
-                failing = await self._bus.failing_sources()
                 self._wire = wire
                 self.connected = True
                 self._bus.tenants.attach(self)

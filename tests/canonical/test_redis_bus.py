@@ -165,6 +165,39 @@ async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
         await bus.close()
 
 
+async def test_a_tenant_added_while_the_lockout_index_loads_is_not_lost(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The subscription awaits the lockout index after SUBSCRIBE: add_tenant() racing
+    that round trip must still end up subscribed."""
+    bus = RedisBus(redis_server.url)
+    publisher = RedisBus(redis_server.url)
+    gate, loading = asyncio.Event(), asyncio.Event()
+    real_load = bus.failing_sources
+
+    async def gated_load() -> list[tuple[str, float]]:
+        loading.set()
+        await gate.wait()
+        return await real_load()
+
+    monkeypatch.setattr(bus, "failing_sources", gated_load)
+    recorder = Recorder()
+    tenant, edge = unique("tenant"), unique("edge")
+    sub = bus.subscription(edge, recorder)
+    try:
+        starting = asyncio.create_task(sub.start())
+        await asyncio.wait_for(loading.wait(), 5.0)
+        await sub.add_tenant(tenant)
+        gate.set()
+        await starting
+        await settle(recorder, lambda p: publisher.reply(edge, p))
+        await settle(recorder, lambda p: publisher.publish(tenant, p), timeout=3.0)
+    finally:
+        await sub.close()
+        await publisher.close()
+        await bus.close()
+
+
 async def _registry_lookups(raw: Any) -> int:
     stats = await raw.info("commandstats")
     return int(stats.get("cmdstat_hget", {}).get("calls", 0))
