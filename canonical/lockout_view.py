@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 
 MARGIN_S = 30.0
 MAX_ENTRIES = 10_000
+PRUNE_EVERY_S = 1.0
 
 
 class LockoutView:
@@ -39,6 +40,7 @@ class LockoutView:
         self._clock = clock
         self._until: dict[str, float] = {}
         self._live: set[object] = set()
+        self._pruned_at = float("-inf")
 
     @property
     def live(self) -> bool:
@@ -76,9 +78,14 @@ class LockoutView:
         self._live.discard(subscription)
 
     def _prune(self) -> None:
+        # At most once a second: under a flood of failing addresses every failure would
+        # otherwise scan the whole view (the view is simply not live meanwhile).
         now = self._clock()
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
         for source in [s for s, until in self._until.items() if until <= now]:
             del self._until[source]
 
 
-__all__ = ["MARGIN_S", "MAX_ENTRIES", "LockoutView"]
+__all__ = ["MARGIN_S", "MAX_ENTRIES", "PRUNE_EVERY_S", "LockoutView"]

@@ -73,6 +73,21 @@ def test_a_flood_of_failing_addresses_sends_every_check_to_redis() -> None:
     assert view.certainly_clear("192.168.1.1")
 
 
+def test_a_flood_scans_the_view_at_most_once_a_second() -> None:
+    clock = Clock()
+    view = live_view(clock, max_entries=2, margin_s=0.0)
+    for n in range(3):
+        view.note(f"old-{n}", 0.1)  # the third is over the cap: a scan, nothing expired
+    clock.now += 0.5  # the three have expired, but the last scan was half a second ago
+    view.note("new", 60.0)
+    assert not view.live
+    clock.now += 0.5
+    view.note("newer", 60.0)  # a second on: this one scans, and drops the expired
+    assert view.live
+    assert view.certainly_clear("old-0")
+    assert not view.certainly_clear("new")
+
+
 @given(
     st.lists(
         st.tuples(st.sampled_from(["a", "b", "c"]), st.floats(0, 120), st.floats(0, 200)),
