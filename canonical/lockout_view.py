@@ -14,8 +14,11 @@ Safety:
 - each entry outlives the counter it stands for by a margin (clock skew between edges);
 - without a live subscription, or with more entries than ``max_entries`` (a flood of
   failing addresses), nothing is "certainly clear": every check goes to Redis;
-- a check that races a failure on another edge (< 1 ms) is let through to its hello,
-  whose failure is counted as usual: guesses stay limited by the Redis counter.
+- a check that races a failure on another edge (the message is under a millisecond
+  behind) lets that connection through to its hello, as a connection opened a moment
+  earlier would have been with the lookup; its failure is counted as usual;
+- notices are never dropped (a missed one would let a locked-out address in): under a
+  flood the view only grows, by at most one entry per refused hello.
 """
 
 from __future__ import annotations
