@@ -73,7 +73,6 @@ class Redis(RedisServer):
 
     def __init__(self, cpu: str = CPU_SERVER) -> None:
         super().__init__()
-        self.cpu = cpu
         self.process.argv = pinned(self.process.argv, cpu)
 
 

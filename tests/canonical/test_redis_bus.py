@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as aioredis
@@ -18,6 +18,8 @@ from tests.harness.processes import RedisServer
 
 from .test_bus_contract import BusContract, Recorder, settle, unique
 
+T = TypeVar("T")
+
 
 class TestRedisBusContract(BusContract):
     @pytest.fixture
@@ -25,6 +27,25 @@ class TestRedisBusContract(BusContract):
         bus = RedisBus(redis_server.url)
         yield bus
         await bus.close()
+
+
+class Closer:
+    """`closing(thing)` returns `thing` and closes it after the test, last opened first."""
+
+    def __init__(self) -> None:
+        self.opened: list[Any] = []
+
+    def __call__(self, thing: T) -> T:
+        self.opened.append(thing)
+        return thing
+
+
+@pytest.fixture
+async def closing() -> AsyncIterator[Closer]:
+    closer = Closer()
+    yield closer
+    for thing in reversed(closer.opened):
+        await (thing.aclose() if hasattr(thing, "aclose") else thing.close())
 
 
 async def _wait_until(predicate: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -166,12 +187,12 @@ async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
 
 
 async def test_a_tenant_added_while_the_lockout_index_loads_is_not_lost(
-    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, closing: Closer
 ) -> None:
     """The subscription awaits the lockout index after SUBSCRIBE: add_tenant() racing
     that round trip must still end up subscribed."""
-    bus = RedisBus(redis_server.url)
-    publisher = RedisBus(redis_server.url)
+    bus = closing(RedisBus(redis_server.url))
+    publisher = closing(RedisBus(redis_server.url))
     gate, loading = asyncio.Event(), asyncio.Event()
     real_load = bus.failing_sources
 
@@ -183,24 +204,20 @@ async def test_a_tenant_added_while_the_lockout_index_loads_is_not_lost(
     monkeypatch.setattr(bus, "failing_sources", gated_load)
     recorder = Recorder()
     tenant, edge = unique("tenant"), unique("edge")
-    sub = bus.subscription(edge, recorder)
-    try:
-        starting = asyncio.create_task(sub.start())
-        await asyncio.wait_for(loading.wait(), 5.0)
-        await sub.add_tenant(tenant)
-        gate.set()
-        await starting
-        await settle(recorder, lambda p: publisher.reply(edge, p))
-        await settle(recorder, lambda p: publisher.publish(tenant, p), timeout=3.0)
-    finally:
-        await sub.close()
-        await publisher.close()
-        await bus.close()
+    sub = closing(bus.subscription(edge, recorder))
+    starting = asyncio.create_task(sub.start())
+    await asyncio.wait_for(loading.wait(), 5.0)
+    await sub.add_tenant(tenant)
+    gate.set()
+    await starting
+    await settle(recorder, lambda p: publisher.reply(edge, p))
+    await settle(recorder, lambda p: publisher.publish(tenant, p), timeout=3.0)
 
 
-async def _registry_lookups(raw: Any) -> int:
+async def _calls(raw: Any, command: str) -> int:
+    """How many times this Redis ran `command` (a private server counts one test's)."""
     stats = await raw.info("commandstats")
-    return int(stats.get("cmdstat_hget", {}).get("calls", 0))
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 async def _eventually(check: Callable[[], Any], timeout: float = 2.0) -> None:
@@ -224,9 +241,9 @@ async def test_an_edge_caches_a_token_and_drops_it_as_soon_as_the_plugin_retires
         await sub.start()
         await plugin.register_tenant(tenant, token)
         await _cached(edge, token, tenant)  # once the registration's invalidation is past
-        lookups = await _registry_lookups(raw)
+        lookups = await _calls(raw, "hget")
         assert [await edge.resolve_tenant(token) for _ in range(5)] == [tenant] * 5
-        assert await _registry_lookups(raw) == lookups  # answered from the cache
+        assert await _calls(raw, "hget") == lookups  # answered from the cache
 
         await plugin.register_tenant(tenant, token)  # the heartbeat: nothing changes
         assert await edge.resolve_tenant(token) == tenant
@@ -321,79 +338,52 @@ async def test_publish_nowait_hands_events_over_in_order_once_connected(
         await bus.close()
 
 
-async def _gets(raw: Any) -> int:
-    stats = await raw.info("commandstats")
-    return int(stats.get("cmdstat_get", {}).get("calls", 0))
-
-
 async def test_edges_skip_the_lockout_lookup_for_clean_addresses_and_learn_failures_at_once(
-    redis_factory: Callable[..., RedisServer],
+    redis_factory: Callable[..., RedisServer], closing: Closer
 ) -> None:
     server = redis_factory()  # private: commandstats count only this test's lookups
-    one, two = RedisBus(server.url), RedisBus(server.url)
-    raw = aioredis.from_url(server.url)
-    subs = [
-        one.subscription(unique("edge"), Recorder()),
-        two.subscription(unique("edge"), Recorder()),
-    ]
-    try:
-        for sub in subs:
-            await sub.start()
-        await _wait_until(lambda: one.lockouts.live and two.lockouts.live)
-        gets = await _gets(raw)
-        assert [await two.lockout_count("10.1.1.1") for _ in range(5)] == [0] * 5
-        assert await _gets(raw) == gets  # answered by the view
+    one, two = closing(RedisBus(server.url)), closing(RedisBus(server.url))
+    raw = closing(aioredis.from_url(server.url))
+    for bus in (one, two):
+        await closing(bus.subscription(unique("edge"), Recorder())).start()
+    await _wait_until(lambda: one.lockouts.live and two.lockouts.live)
+    gets = await _calls(raw, "get")
+    assert [await two.lockout_count("10.1.1.1") for _ in range(5)] == [0] * 5
+    assert await _calls(raw, "get") == gets  # answered by the view
 
-        assert await one.lockout_hit("10.1.1.1", 60.0) == 1
-        assert await one.lockout_count("10.1.1.1") == 1  # the recording edge: at once
-        await _eventually(lambda: _is(two.lockout_count("10.1.1.1"), 1))
-        assert await two.lockout_hit("10.1.1.1", 60.0) == 2
-        assert await one.lockout_count("10.1.1.1") == 2
-        assert await _gets(raw) > gets
-        assert await two.lockout_count("10.9.9.9") == 0
-    finally:
-        for sub in subs:
-            await sub.close()
-        await raw.aclose()
-        await one.close()
-        await two.close()
+    assert await one.lockout_hit("10.1.1.1", 60.0) == 1
+    assert await one.lockout_count("10.1.1.1") == 1  # the recording edge: at once
+    await _eventually(lambda: _is(two.lockout_count("10.1.1.1"), 1))
+    assert await two.lockout_hit("10.1.1.1", 60.0) == 2
+    assert await one.lockout_count("10.1.1.1") == 2
+    assert await _calls(raw, "get") > gets
+    assert await two.lockout_count("10.9.9.9") == 0
 
 
 async def test_an_edge_that_subscribes_later_knows_the_failures_recorded_before(
-    redis_server: RedisServer,
+    redis_server: RedisServer, closing: Closer
 ) -> None:
-    early, late = RedisBus(redis_server.url), RedisBus(redis_server.url)
+    early, late = closing(RedisBus(redis_server.url)), closing(RedisBus(redis_server.url))
     source = unique("10.2.2")
-    sub = late.subscription(unique("edge"), Recorder())
-    try:
-        for _ in range(3):
-            await early.lockout_hit(source, 60.0)
-        await sub.start()
-        assert late.lockouts.live
-        assert not late.lockouts.certainly_clear(source)
-        assert await late.lockout_count(source) == 3
-    finally:
-        await sub.close()
-        await early.close()
-        await late.close()
+    for _ in range(3):
+        await early.lockout_hit(source, 60.0)
+    await closing(late.subscription(unique("edge"), Recorder())).start()
+    assert late.lockouts.live
+    assert not late.lockouts.certainly_clear(source)
+    assert await late.lockout_count(source) == 3
 
 
 async def test_while_its_subscription_is_down_an_edge_asks_redis_every_time(
-    redis_factory: Callable[..., RedisServer],
+    redis_factory: Callable[..., RedisServer], closing: Closer
 ) -> None:
     server = redis_factory()
-    bus, other = RedisBus(server.url), RedisBus(server.url)
+    bus, other = closing(RedisBus(server.url)), closing(RedisBus(server.url))
     reconnects: list[float] = []
-    sub = bus.subscription(unique("edge"), Recorder(), lambda: reconnects.append(1.0))
-    try:
-        await sub.start()
-        await asyncio.to_thread(server.kill9)
-        await _wait_until(lambda: not bus.lockouts.live)
-        await asyncio.to_thread(server.restart)
-        await other.lockout_hit("10.3.3.3", 60.0)  # may land before the view is back
-        await _wait_until(lambda: bool(reconnects))
-        assert await bus.lockout_count("10.3.3.3") == 1
-    finally:
-        await sub.close()
-        await other.close()
-        await bus.close()
+    sub = closing(bus.subscription(unique("edge"), Recorder(), lambda: reconnects.append(1.0)))
+    await sub.start()
+    await asyncio.to_thread(server.kill9)
+    await _wait_until(lambda: not bus.lockouts.live)
+    await asyncio.to_thread(server.restart)
+    await other.lockout_hit("10.3.3.3", 60.0)  # may land before the view is back
+    await _wait_until(lambda: bool(reconnects))
+    assert await bus.lockout_count("10.3.3.3") == 1
