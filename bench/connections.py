@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis as redis_sync
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.host import (
@@ -142,6 +144,16 @@ async def plugin_main(redis_url: str) -> None:
 # =========================================================================== orchestration
 
 
+def command_calls(redis_url: str) -> dict[str, int]:
+    """Redis' per-command call counters (INFO commandstats), to count commands per set-up."""
+    client = redis_sync.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
 async def settle_rss(pid: int, seconds: float = 2.0) -> int:
     await asyncio.sleep(seconds)
     return rss_bytes(pid)
@@ -156,6 +168,7 @@ async def measure_levels(
     levels: list[int],
     concurrency: int,
     extra_pids: dict[str, list[int]],
+    redis_url: str | None = None,
 ) -> Json:
     client = await start_role(__file__, "client")
     out: Json = {"label": label, "dialect": dialect, "levels": []}
@@ -175,6 +188,7 @@ async def measure_levels(
                     server_pid, 4, REPO / f"bench/results/profile-connections-{label}-{level}.txt"
                 )
             meter = CpuMeter({"server": [server_pid], "client": [client.pid], **extra_pids})
+            calls_before = command_calls(redis_url) if redis_url else {}
             meter.start()
             got = await client.call(
                 "connect",
@@ -187,6 +201,7 @@ async def measure_levels(
                 timeout=300,
             )
             cpu = meter.stop()
+            calls = command_calls(redis_url) if redis_url else {}
             if spy is not None:
                 await asyncio.wait_for(spy.wait(), 60)
             have += got["connected"]
@@ -208,6 +223,11 @@ async def measure_levels(
                 "server_cpu_us_per_setup": round(
                     cpu["server_cpu_s"] / max(1, got["connected"]) * 1e6, 1
                 ),
+                "redis_calls_per_setup": {
+                    name: round((n - calls_before.get(name, 0)) / max(1, got["connected"]), 2)
+                    for name, n in sorted(calls.items())
+                    if n > calls_before.get(name, 0)
+                },
                 "rss_mib": round(rss / 2**20, 1),
                 "kib_per_connection": round((rss - base_rss) / max(1, have) / 1024, 2),
                 "idle_cpu_3s": idle_cpu,
@@ -252,6 +272,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
                         levels,
                         options.concurrency,
                         extra,
+                        redis.url,
                     )
                 )
                 runs[-1]["uvloop"] = uses_uvloop(edge.pid)
@@ -268,6 +289,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
                         levels[:1] + levels[-1:] if len(levels) > 1 else levels,
                         options.concurrency,
                         {"redis": [redis.pid]},
+                        redis.url,
                     )
                 )
         finally:
