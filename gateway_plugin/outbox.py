@@ -21,17 +21,26 @@ from .sqlite_file import open_wal
 Json = dict[str, Any]
 _DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: events without AUTOINCREMENT (see _drop_autoincrement)
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS events (
-    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+_EVENTS_COLUMNS = """(
+    cursor INTEGER PRIMARY KEY,
     created REAL NOT NULL,
     type TEXT NOT NULL,
     coalesce_key TEXT,
     body TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_coalesce ON events(coalesce_key) WHERE coalesce_key IS NOT NULL;
+)"""
+_COALESCE_INDEX = (
+    "CREATE INDEX IF NOT EXISTS events_coalesce ON events(coalesce_key) "
+    "WHERE coalesce_key IS NOT NULL;"
+)
+# When retention has emptied the table, how far it trimmed (a version-1 file's AUTOINCREMENT
+# counter is kept as `cursor_floor`): what `_last_cursor` falls back on.
+_CURSOR_FLOOR = """SELECT MAX(CAST(value AS INTEGER)) FROM meta
+    WHERE key IN ('trimmed_upto', 'cursor_floor')"""
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS events {_EVENTS_COLUMNS};
+{_COALESCE_INDEX}
 -- No index on `created`: it was a third page written by every append (~25 % of an
 -- append's cost). Retention walks the oldest rows in cursor order instead (`trim`).
 DROP INDEX IF EXISTS events_created;
@@ -60,7 +69,9 @@ CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NUL
 class Outbox:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db = open_wal(path, _SCHEMA, SCHEMA_VERSION)
+        self._db = open_wal(path, _SCHEMA)
+        _drop_autoincrement(self._db)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -89,10 +100,7 @@ class Outbox:
 
     def head(self) -> int:
         with self._lock:
-            row = self._db.execute(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'events'"
-            ).fetchone()
-        return int(row[0]) if row else 0
+            return _last_cursor(self._db.cursor())
 
     def trimmed_upto(self) -> int:
         with self._lock:
@@ -290,6 +298,55 @@ class Outbox:
         return {r[0]: int(r[1]) for r in rows}
 
 
+def _last_cursor(cur: sqlite3.Cursor) -> int:
+    """The last cursor ever given out. The newest row holds it whenever there is one: trim
+    drops only a prefix, and a delta coalesces away only in the transaction that appends a
+    newer row (its number read first). Only an emptied table needs the floor."""
+    newest = cur.execute("SELECT MAX(cursor) FROM events").fetchone()[0]
+    if newest is not None:
+        return int(newest)
+    floor = cur.execute(_CURSOR_FLOOR).fetchone()[0]
+    return int(floor) if floor is not None else 0
+
+
+def _drop_autoincrement(db: sqlite3.Connection) -> None:
+    """Rebuild a version-1 events table without AUTOINCREMENT, once, in one transaction.
+
+    AUTOINCREMENT made every append rewrite the sqlite_sequence page too (~20 % of an
+    append's cost); `_sequence` numbers events itself. The counter's last value becomes
+    the `cursor_floor`, so no cursor a device has seen is ever given out again."""
+    if not _has_autoincrement(db):
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if _has_autoincrement(db):  # another process may have rebuilt it meanwhile
+            row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
+            db.execute(f"CREATE TABLE events_v2 {_EVENTS_COLUMNS}")
+            db.execute(
+                "INSERT INTO events_v2(cursor, created, type, coalesce_key, body) "
+                "SELECT cursor, created, type, coalesce_key, body FROM events"
+            )
+            db.execute("DROP TABLE events")
+            db.execute("ALTER TABLE events_v2 RENAME TO events")
+            db.execute(_COALESCE_INDEX)
+            db.execute(
+                "INSERT INTO meta(key, value) VALUES ('cursor_floor', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(int(row[0]) if row else 0),),
+            )
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _has_autoincrement(db: sqlite3.Connection) -> bool:
+    row = db.execute(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'"
+    ).fetchone()
+    return row is not None and "AUTOINCREMENT" in str(row[0]).upper()
+
+
 def _expired_prefix(cur: sqlite3.Cursor, older_than: float, chunk: int = 1000) -> int:
     """The last cursor of the run of oldest events created before `older_than` (0: none).
     Reads only that run and one chunk more, through the primary key."""
@@ -311,11 +368,10 @@ def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[tuple
     """Give each event the next cursor inside the caller's transaction. A delta replaces
     its message's previous delta; a complete message drops its deltas (they are cumulative).
 
-    The write lock is held (BEGIN IMMEDIATE), so the next cursor is AUTOINCREMENT's
-    counter + 1: the row goes in once, body and cursor together (inserting an explicit
-    larger rowid moves the counter on, as AUTOINCREMENT itself would)."""
-    row = cur.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-    cursor = int(row[0]) if row else 0
+    The write lock is held (BEGIN IMMEDIATE), so the next cursor is the last one given out
+    + 1, read before any delta coalesces away: the row goes in once, body and cursor
+    together."""
+    cursor = _last_cursor(cur)
     out: list[tuple[Json, str]] = []
     for event in events:
         kind = event["type"]

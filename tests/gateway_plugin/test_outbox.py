@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import tempfile
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,6 +220,72 @@ def test_an_outbox_from_before_drops_its_created_index_on_open(tmp_path: Path) -
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "events_created" not in names
     assert "events_coalesce" in names
+
+
+V1_EVENTS = """CREATE TABLE events (
+    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    type TEXT NOT NULL,
+    coalesce_key TEXT,
+    body TEXT NOT NULL
+)"""
+
+
+def version_1_file(path: Path, bodies: list[Json], drop_upto: int) -> None:
+    """An outbox as version 1 wrote it: AUTOINCREMENT numbered the events, and retention
+    (or coalescing) deleted the rows up to `drop_upto`."""
+    with sqlite3.connect(path) as db:
+        db.execute(V1_EVENTS)
+        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        for body in bodies:
+            db.execute(
+                "INSERT INTO events(created, type, body) VALUES (1.0, ?, ?)",
+                (body["type"], json.dumps(body)),
+            )
+        db.execute("DELETE FROM events WHERE cursor <= ?", (drop_upto,))
+        db.execute("PRAGMA user_version=1")
+    db.close()
+
+
+def test_a_version_1_outbox_is_rebuilt_without_autoincrement_and_keeps_its_events(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox.db"
+    version_1_file(path, [{"type": "run.accepted", "cursor": n} for n in (1, 2, 3, 4)], 2)
+    box = Outbox(path)
+    try:
+        assert [e["cursor"] for e in box.since(0)[0]] == [3, 4]
+        assert box.head() == 4
+        assert cursors(box.append([other(5)])) == [5]
+    finally:
+        box.close()
+    with sqlite3.connect(path) as db:
+        table = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+    db.close()
+    assert "AUTOINCREMENT" not in table.upper()
+    assert "events_coalesce" in names
+    assert version == outbox_module.SCHEMA_VERSION == 2
+
+
+def test_an_emptied_version_1_outbox_continues_after_its_last_counter_value(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox.db"
+    version_1_file(path, [other(n) for n in range(9)], drop_upto=9)  # no trimmed_upto kept
+    box = Outbox(path)
+    try:
+        assert box.since(0)[0] == []
+        assert box.head() == 9
+        assert cursors(box.append([other(10)])) == [10]
+    finally:
+        box.close()
+    again = Outbox(path)  # the rebuild happens once; the floor stays
+    try:
+        assert cursors(again.append([other(11)])) == [11]
+    finally:
+        again.close()
 
 
 # --------------------------------------------------------------------------- idempotency
@@ -453,5 +520,43 @@ def test_any_append_sequence_keeps_cursors_increasing_and_one_delta_per_message(
 
             cut = data.draw(st.integers(0, last + 1), label="since")
             assert box.since(cut)[0] == [e for e in model if e["cursor"] > cut]
+        finally:
+            box.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.just("append"),
+                st.lists(st.sampled_from(["delta", "complete", "other"]), min_size=1, max_size=3),
+            ),
+            st.tuples(st.just("trim"), st.just([])),
+            st.tuples(st.just("reopen"), st.just([])),
+        ),
+        max_size=20,
+    )
+)
+def test_cursors_are_never_given_out_twice_across_coalescing_trimming_and_reopening(
+    steps: list[tuple[str, list[str]]],
+) -> None:
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "outbox.db"
+        box = Outbox(path)
+        try:
+            last = 0
+            for action, kinds in steps:
+                if action == "append":
+                    made = box.append([build((kind, 0, "t")) for kind in kinds])
+                    assert cursors(made) == list(range(last + 1, last + 1 + len(made)))
+                    last += len(made)
+                elif action == "trim":
+                    box.trim(older_than=time.time() + 60)  # everything
+                    assert box.since(0)[0] == []
+                else:
+                    box.close()
+                    box = Outbox(path)
+                assert box.head() == last
         finally:
             box.close()
