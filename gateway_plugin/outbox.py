@@ -41,7 +41,7 @@ _CURSOR_FLOOR = """SELECT MAX(CAST(value AS INTEGER)) FROM meta
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS events {_EVENTS_COLUMNS};
 {_COALESCE_INDEX}
--- No index on `created`: it was a third page written by every append (~25 % of an
+-- No index on `created`: it was another page written by every append (~25 % of an
 -- append's cost). Retention walks the oldest rows in cursor order instead (`trim`).
 DROP INDEX IF EXISTS events_created;
 CREATE TABLE IF NOT EXISTS idempotency (
