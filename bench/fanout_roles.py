@@ -182,8 +182,10 @@ async def producer_ours_main(redis_url: str, tenants: int, run_id: str) -> None:
             first: dict[int, int] = {}
             last: dict[int, int] = {}
             n = len(controllers)
+            spent = [0.0]  # CPU inside Controller.emit (outbox append + hand-off to the bus)
 
             def emit(k: int) -> None:
+                began = time.thread_time()
                 for _ in range(k):
                     i = counter["i"]
                     counter["i"] += 1
@@ -192,8 +194,10 @@ async def producer_ours_main(redis_url: str, tenants: int, run_id: str) -> None:
                     cursor = controllers[t].emit([event])[0]["cursor"]
                     first.setdefault(t, cursor)
                     last[t] = cursor
+                spent[0] += time.thread_time() - began
 
             result = await paced(rate, duration, emit)
+            result["emit_cpu_s"] = round(spent[0], 3)
             # The doorbell queue drains asynchronously: wait (bounded) for it.
             for _ in range(500):
                 if all(c._publish_queue.empty() for c in controllers):
