@@ -30,20 +30,17 @@ _EVENTS_COLUMNS = """(
     coalesce_key TEXT,
     body TEXT NOT NULL
 )"""
-_COALESCE_INDEX = (
-    "CREATE INDEX IF NOT EXISTS events_coalesce ON events(coalesce_key) "
-    "WHERE coalesce_key IS NOT NULL;"
-)
 # When retention has emptied the table, how far it trimmed (a version-1 file's AUTOINCREMENT
 # counter is kept as `cursor_floor`): what `_last_cursor` falls back on.
 _CURSOR_FLOOR = """SELECT MAX(CAST(value AS INTEGER)) FROM meta
     WHERE key IN ('trimmed_upto', 'cursor_floor')"""
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS events {_EVENTS_COLUMNS};
-{_COALESCE_INDEX}
--- No index on `created`: it was another page written by every append (~25 % of an
--- append's cost). Retention walks the oldest rows in cursor order instead (`trim`).
+-- No index on `created` or on `coalesce_key`: each was another page written by every
+-- append (~25 % of an append's cost each). Retention walks the oldest rows in cursor
+-- order (`trim`); the delta each message still has is looked up in memory (`_live`).
 DROP INDEX IF EXISTS events_created;
+DROP INDEX IF EXISTS events_coalesce;
 CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY,
     created REAL NOT NULL,
@@ -73,6 +70,11 @@ class Outbox:
         _drop_autoincrement(self._db)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._lock = threading.Lock()
+        # message id -> cursor of the one delta row kept for it, loaded from the file on
+        # first need. Between transactions only the controller's Outbox leaves a delta in
+        # place (a cron run in another process appends a message's deltas and its
+        # completion in one transaction), so once loaded this stays the file's truth.
+        self._live: dict[str, int] | None = None
 
     def close(self) -> None:
         with self._lock:
@@ -91,12 +93,25 @@ class Outbox:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
-                out = _sequence(cur, events, now)
+                live = self._live_deltas(cur)
+                out, changed = _sequence(cur, events, now, live)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            _apply(live, changed)
         return out
+
+    def _live_deltas(self, cur: sqlite3.Cursor) -> dict[str, int]:
+        if self._live is None:
+            live: dict[str, int] = {}
+            for key, cursor in cur.execute(
+                "SELECT coalesce_key, cursor FROM events WHERE coalesce_key IS NOT NULL "
+                "ORDER BY cursor"
+            ):
+                live[str(key).removeprefix("delta:")] = int(cursor)
+            self._live = live
+        return self._live
 
     def head(self) -> int:
         with self._lock:
@@ -130,6 +145,8 @@ class Outbox:
                     if upto
                     else 0
                 )
+                if upto and self._live:
+                    self._live = {m: c for m, c in self._live.items() if c > upto}
                 if upto:
                     cur.execute(
                         "INSERT INTO meta(key, value) VALUES ('trimmed_upto', ?) "
@@ -157,7 +174,6 @@ class Outbox:
     ) -> list[Json]:
         """Store a send's result, its events and its run in one transaction."""
         now = time.time()
-        out: list[Json] = []
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
@@ -172,12 +188,14 @@ class Outbox:
                         "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
                         (run["run_id"], _DUMPS(run["lane"]), run.get("conversation_id"), now),
                     )
-                out = [event for event, _ in _sequence(cur, events, now)]
+                live = self._live_deltas(cur)
+                sequenced, changed = _sequence(cur, events, now, live)
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-        return out
+            _apply(live, changed)
+        return [event for event, _ in sequenced]
 
     def mark_dispatched(self, key: str) -> None:
         with self._lock:
@@ -186,10 +204,12 @@ class Outbox:
     def last_delta_text(self, message_id: str) -> str:
         """The newest cumulative text streamed for a message (kept by coalescing)."""
         with self._lock:
-            row = self._db.execute(
-                "SELECT body FROM events WHERE coalesce_key = ? ORDER BY cursor DESC LIMIT 1",
-                (f"delta:{message_id}",),
-            ).fetchone()
+            cursor = self._live_deltas(self._db.cursor()).get(message_id)
+            row = (
+                self._db.execute("SELECT body FROM events WHERE cursor = ?", (cursor,)).fetchone()
+                if cursor is not None
+                else None
+            )
         return str(json.loads(row[0]).get("text", "")) if row else ""
 
     # -- small persistent settings (e.g. YOLO per session, which Hermes keeps in memory only)
@@ -328,7 +348,6 @@ def _drop_autoincrement(db: sqlite3.Connection) -> None:
             )
             db.execute("DROP TABLE events")
             db.execute("ALTER TABLE events_v2 RENAME TO events")
-            db.execute(_COALESCE_INDEX)
             db.execute(
                 "INSERT INTO meta(key, value) VALUES ('cursor_floor', ?) "
                 "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -364,23 +383,32 @@ def _expired_prefix(cur: sqlite3.Cursor, older_than: float, chunk: int = 1000) -
             return upto
 
 
-def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[tuple[Json, str]]:
+def _sequence(
+    cur: sqlite3.Cursor, events: list[Json], now: float, live: dict[str, int]
+) -> tuple[list[tuple[Json, str]], dict[str, int | None]]:
     """Give each event the next cursor inside the caller's transaction. A delta replaces
     its message's previous delta; a complete message drops its deltas (they are cumulative).
+    `live` (message id -> its kept delta's cursor) is only read: the changes come back for
+    the caller to apply once the transaction has committed (None: no delta kept).
 
     The write lock is held (BEGIN IMMEDIATE), so the next cursor is the last one given out
     + 1, read before any delta coalesces away: the row goes in once, body and cursor
     together."""
     cursor = _last_cursor(cur)
     out: list[tuple[Json, str]] = []
+    changed: dict[str, int | None] = {}
     for event in events:
         kind = event["type"]
         key = None
         if kind in ("message.delta", "message.complete"):
-            stale = f"delta:{event['message_id']}"
-            cur.execute("DELETE FROM events WHERE coalesce_key = ?", (stale,))
+            message = str(event["message_id"])
+            stale = changed[message] if message in changed else live.get(message)
+            if stale is not None:
+                cur.execute("DELETE FROM events WHERE cursor = ?", (stale,))
+            changed[message] = None
             if kind == "message.delta":
-                key = stale
+                key = f"delta:{message}"
+                changed[message] = cursor + 1
         cursor += 1
         sequenced = {**event, "cursor": cursor}
         body = _DUMPS(sequenced)
@@ -389,4 +417,12 @@ def _sequence(cur: sqlite3.Cursor, events: list[Json], now: float) -> list[tuple
             (cursor, now, kind, key, body),
         )
         out.append((sequenced, body))
-    return out
+    return out, changed
+
+
+def _apply(live: dict[str, int], changed: dict[str, int | None]) -> None:
+    for message, cursor in changed.items():
+        if cursor is None:
+            live.pop(message, None)
+        else:
+            live[message] = cursor
