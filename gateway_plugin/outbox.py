@@ -145,8 +145,6 @@ class Outbox:
                     if upto
                     else 0
                 )
-                if upto and self._live:
-                    self._live = {m: c for m, c in self._live.items() if c > upto}
                 if upto:
                     cur.execute(
                         "INSERT INTO meta(key, value) VALUES ('trimmed_upto', ?) "
@@ -159,6 +157,8 @@ class Outbox:
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+            if upto and self._live:  # the deltas retention dropped (only once committed)
+                self._live = {m: c for m, c in self._live.items() if c > upto}
         return int(deleted)
 
     # -- idempotency
