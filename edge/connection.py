@@ -28,6 +28,9 @@ SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 CloseFn = Callable[[int, str], Awaitable[None]]
 Frame = OutFrame | str
+# How long stopping a connection waits for a requested close (what was queued, then the
+# close frame) to reach the socket before giving up on a stalled one.
+CLOSE_FLUSH_S = 2.0
 
 
 class _Item:
@@ -310,6 +313,10 @@ class Connection:
         if self._sent is not None:
             self._sent.set()
         writer = self._writer
+        if writer is not None and not writer.done() and self.close_code is not None:
+            # A requested close still being written (e.g. the plugin refused a revoked
+            # device before the session read a frame): let the device get its close code.
+            await asyncio.wait((writer,), timeout=CLOSE_FLUSH_S)
         if writer is not None and not writer.done():
             writer.cancel()
             try:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge.connection import Connection
+from edge.connection import CLOSE_FLUSH_S, Connection
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
 from edge.errors import CLOSE_SLOW_CONSUMER, WireClosed
@@ -664,6 +664,31 @@ async def test_request_close_on_an_idle_wired_connection_closes_with_the_code() 
     conn.request_close(4403)
     await eventually(lambda: bool(socket.closes))
     assert socket.closes == [(4403, "closing")] and wire.written == ["bye"]
+
+
+async def test_stopping_right_after_a_requested_close_still_sends_the_close_code() -> None:
+    # The plugin's refusal of a revoked device can arrive before the session starts reading
+    # frames; the session then stops the connection at once. The device must still learn
+    # why (4403), not see the socket drop (1006) and retry.
+    conn, wire, socket = wired()
+    conn.send_frame("unauthorized")
+    conn.request_close(4403)
+    await conn.stop()
+    assert wire.written == ["unauthorized"]
+    assert socket.closes == [(4403, "closing")]
+
+
+async def test_stopping_during_a_requested_close_to_a_stalled_socket_gives_up_in_bounded_time(
+    make: Any,
+) -> None:
+    conn, socket = make()
+    socket.block()
+    conn.send_frame("a")
+    conn.request_close(4403)
+    await socket.in_send.wait()
+    async with asyncio.timeout(CLOSE_FLUSH_S + 2):
+        await conn.stop()
+    assert socket.closes == []
 
 
 @settings(max_examples=100, deadline=None)
