@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
 import signal
 import socket
@@ -47,11 +48,33 @@ class ProcessFailed(RuntimeError):
     """A managed process exited (or never became ready); the message carries its log tail."""
 
 
+# Ports servers are started on come from a block of this test process's own, below the
+# kernel's ephemeral range (32768+), taken in turn: parallel pytest workers and outgoing
+# connections never hand one port to two servers, and a port a stopped server just left
+# is not reused while a client of it may still be knocking (the suite runs in three
+# workers; kernel-chosen ports collided across them).
+_PORT_BLOCK = 2_500
+_PORT_BASE = 10_000
+_port_turn = itertools.count(os.getpid() % _PORT_BLOCK)
+
+
+def _worker_index() -> int:
+    name = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; unset: one process
+    return int(name[2:]) % 8 if name.startswith("gw") and name[2:].isdigit() else 0
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port that was free on ``host`` a moment ago, from this process's block."""
+    start = _PORT_BASE + _worker_index() * _PORT_BLOCK
+    for _ in range(_PORT_BLOCK):
+        port = start + next(_port_turn) % _PORT_BLOCK
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue  # in use (or lingering): the next one
+            return port
+    raise RuntimeError(f"no free port in {start}..{start + _PORT_BLOCK - 1}")
 
 
 def port_is_open(host: str, port: int, timeout: float = 0.2) -> bool:

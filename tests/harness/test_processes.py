@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import proc as harness_proc
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import (
     EdgeProcess,
@@ -51,6 +53,23 @@ def test_free_port_returns_a_bindable_loopback_port() -> None:
     port = free_port()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
+
+
+def test_free_ports_come_in_turn_from_below_the_ephemeral_range() -> None:
+    ports = [free_port() for _ in range(6)]
+    assert len(set(ports)) == 6
+    assert all(10_000 <= port < 32_768 for port in ports)
+
+
+def test_free_port_skips_a_port_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken = free_port()
+    block = harness_proc._PORT_BLOCK
+    start = taken - (taken - harness_proc._PORT_BASE) % block
+    monkeypatch.setattr(harness_proc, "_port_turn", itertools.count(taken - start))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        assert free_port() == start + (taken - start + 1) % block
 
 
 def test_a_private_redis_answers_ping_and_keeps_data_in_memory(
