@@ -8,6 +8,7 @@ import tempfile
 import time
 import types
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +128,8 @@ def test_a_reopened_outbox_still_replaces_and_completes_a_delta_written_before(
     first = Outbox(path)
     first.append([delta("m1", "He"), delta("m2", "x")])
     first.close()
-    box = Outbox(path)  # a gateway restart: the kept deltas are read back from the file
-    try:
+    # A gateway restart: the kept deltas are read back from the file.
+    with closing(Outbox(path)) as box:
         assert box.last_delta_text("m1") == "He"
         box.append([delta("m1", "Hello")])
         assert [(e["message_id"], e["text"]) for e in box.since(0)[0]] == [
@@ -140,8 +141,6 @@ def test_a_reopened_outbox_still_replaces_and_completes_a_delta_written_before(
             ("message.delta", "m1"),
             ("message.complete", "m2"),
         ]
-    finally:
-        box.close()
 
 
 def test_a_failed_append_leaves_the_kept_delta_in_place_and_known(outbox: Outbox) -> None:
@@ -157,22 +156,16 @@ def test_another_processs_cron_run_and_the_controllers_stream_coalesce_independe
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "outbox.db"
-    controller = Outbox(path)
-    try:
+    with closing(Outbox(path)) as controller:
         controller.append([delta("m1", "Hel")])
-        cron = Outbox(path)  # a cron delivery from a CLI process
-        try:
+        with closing(Outbox(path)) as cron:  # a cron delivery from a CLI process
             cron.append([delta("cron-1", "Report"), complete("cron-1", "Report")])
-        finally:
-            cron.close()
         controller.append([delta("m1", "Hello")])
         controller.append([complete("m1", "Hello!")])
         assert [(e["type"], e["message_id"]) for e in controller.since(0)[0]] == [
             ("message.complete", "cron-1"),
             ("message.complete", "m1"),
         ]
-    finally:
-        controller.close()
 
 
 def test_trimmed_deltas_are_forgotten(outbox: Outbox, clock: Clock) -> None:
@@ -321,13 +314,10 @@ def test_a_version_1_outbox_is_rebuilt_without_autoincrement_and_keeps_its_event
 ) -> None:
     path = tmp_path / "outbox.db"
     version_1_file(path, [{"type": "run.accepted", "cursor": n} for n in (1, 2, 3, 4)], 2)
-    box = Outbox(path)
-    try:
+    with closing(Outbox(path)) as box:
         assert [e["cursor"] for e in box.since(0)[0]] == [3, 4]
         assert box.head() == 4
         assert cursors(box.append([other(5)])) == [5]
-    finally:
-        box.close()
     with sqlite3.connect(path) as db:
         table = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
         names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -343,18 +333,12 @@ def test_an_emptied_version_1_outbox_continues_after_its_last_counter_value(
 ) -> None:
     path = tmp_path / "outbox.db"
     version_1_file(path, [other(n) for n in range(9)], drop_upto=9)  # no trimmed_upto kept
-    box = Outbox(path)
-    try:
+    with closing(Outbox(path)) as box:
         assert box.since(0)[0] == []
         assert box.head() == 9
         assert cursors(box.append([other(10)])) == [10]
-    finally:
-        box.close()
-    again = Outbox(path)  # the rebuild happens once; the floor stays
-    try:
+    with closing(Outbox(path)) as again:  # the rebuild happens once; the floor stays
         assert cursors(again.append([other(11)])) == [11]
-    finally:
-        again.close()
 
 
 # --------------------------------------------------------------------------- idempotency

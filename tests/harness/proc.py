@@ -52,7 +52,7 @@ class ProcessFailed(RuntimeError):
 # kernel's ephemeral range (32768+), taken in turn: parallel pytest workers and outgoing
 # connections never hand one port to two servers, and a port a stopped server just left
 # is not reused while a client of it may still be knocking (the suite runs in three
-# workers; kernel-chosen ports collided across them).
+# workers; kernel-chosen ports collided across them). Eight blocks: 10,000-29,999.
 _PORT_BLOCK = 2_500
 _PORT_BASE = 10_000
 _port_turn = itertools.count(os.getpid() % _PORT_BLOCK)
