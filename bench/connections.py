@@ -2,7 +2,7 @@
 connection set-up rate including the ``hello`` auth.
 
     .venv/bin/python bench/connections.py [--levels 1000,5000,10000] [--concurrency 200]
-                                          [--no-raw] [--quick]
+                                          [--no-raw] [--no-floor] [--quick]
 
 One ``python -m edge`` (CPU 0) on a private redis-server (CPU 0); the plugin side is a real
 ``Controller`` with the stand-in AgentPort (CPU 1), so an iris ``hello`` is answered by the
@@ -10,8 +10,11 @@ plugin exactly as in production (token → tenant, hello command on the stream, 
 record, ``hello.ack`` as a direct reply). Devices are lean raw WebSocket clients in one
 process (CPU 1). Levels are reached cumulatively (1,000, then 4,000 more, ...): the set-up
 rate of each batch is devices / (first connect → last ``hello.ack``); memory per connection
-is the edge's RSS delta / devices. A pheby hello (answered by the edge alone) and the raw
-``websockets`` server's memory per idle connection are measured the same way for scale.
+is the edge's RSS delta / devices. A pheby hello (answered by the edge alone), the raw
+``websockets`` server and the uvicorn floor (the edge's own uvicorn options serving a bare
+ASGI app that answers any first frame: what the required server stack costs before any
+code of ours) are measured the same way, so what our code adds per set-up and per idle
+connection is the difference.
 
 Writes bench/results/connections.json.
 """
@@ -297,12 +300,15 @@ async def orchestrate(options: argparse.Namespace) -> None:
             edge.stop()
     finally:
         redis.cleanup()
-    if options.raw:
-        port, proc = start_peer("raw", "raw_ws.py")
+    peers = [("raw", "raw_ws.py")] if options.raw else []
+    if options.floor:
+        peers.append(("uvicorn-floor", "uvicorn_floor.py"))
+    for label, script in peers:
+        port, proc = start_peer(label, script)
         try:
             runs.append(
                 await measure_levels(
-                    "raw",
+                    label,
                     proc.pid,
                     f"ws://{LOOPBACK}:{port}/",
                     "raw",
@@ -322,7 +328,8 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "levels": levels,
             "concurrency": options.concurrency,
             "setup": "TCP connect + WebSocket upgrade + hello → hello.ack (iris: answered by "
-            "the plugin's Controller; pheby: 'ready' from the edge; raw: the peer's ack)",
+            "the plugin's Controller; pheby: 'ready' from the edge; raw, uvicorn-floor: the "
+            "peer's ack)",
             "memory": "(edge RSS after the level, 2 s settle) − (RSS after a 20-device warm-up "
             "closed) / devices",
             "plugin": "real Controller with a stand-in AgentPort (bench.common.BenchAgent)",
@@ -342,6 +349,13 @@ def main() -> None:
     parser.add_argument("--levels", default=None)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--no-raw", dest="raw", action="store_false")
+    parser.add_argument(
+        "--no-floor",
+        dest="floor",
+        action="store_false",
+        help="skip the uvicorn floor (bench/peers/uvicorn_floor.py: the edge's uvicorn "
+        "options serving a bare ASGI app)",
+    )
     parser.add_argument("--no-pheby", dest="pheby", action="store_false")
     parser.add_argument("--no-iris", dest="iris", action="store_false")
     parser.add_argument(
