@@ -14,6 +14,7 @@ several Hermes gateways, and an edge subscribes only to the tenants of the devic
 from __future__ import annotations
 
 import abc
+import asyncio
 import hashlib
 import json
 from collections.abc import Callable
@@ -186,6 +187,19 @@ class Bus(abc.ABC):
     ) -> None:
         """A device passed hello: queue its `command` for the plugin (the iris hello; None
         for pheby) and mark it online, in one round trip. Raises BusUnavailable."""
+
+    def device_online_soon(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> asyncio.Future[None]:
+        """``device_online`` without waiting for it: the future settles when it is done
+        (BusUnavailable when it could not be). Lets a bus send the writes of many
+        set-ups in one round trip, and a hello go on before it."""
+        return asyncio.ensure_future(self.device_online(tenant, device_id, info, command, ttl_s))
 
     @abc.abstractmethod
     async def presence(self, tenant: str) -> dict[str, Json]:

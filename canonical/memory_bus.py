@@ -81,6 +81,9 @@ class MemoryBus(Bus):
         return self._alive.get(tenant, 0.0) > time.monotonic()
 
     async def submit(self, tenant: str, command: Json) -> None:
+        self._submit(tenant, command)
+
+    def _submit(self, tenant: str, command: Json) -> None:
         stream = self._stream(tenant)
         entry_id = f"{int(time.time() * 1000)}-{next(stream.seq)}"
         stream.entries.append((entry_id, command))
@@ -170,6 +173,9 @@ class MemoryBus(Bus):
     async def set_presence(
         self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
     ) -> None:
+        self._set_presence(tenant, device_id, info, ttl_s)
+
+    def _set_presence(self, tenant: str, device_id: str, info: Json | None, ttl_s: float) -> None:
         devices = self._presence.setdefault(tenant, {})
         if info is None:
             devices.pop(device_id, None)
@@ -185,8 +191,25 @@ class MemoryBus(Bus):
         ttl_s: float = 60.0,
     ) -> None:
         if command is not None:
-            await self.submit(tenant, command)
-        await self.set_presence(tenant, device_id, info, ttl_s)
+            self._submit(tenant, command)
+        self._set_presence(tenant, device_id, info, ttl_s)
+
+    def device_online_soon(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> asyncio.Future[None]:
+        # In memory it is done at once: no task per call (the presence refresh makes one
+        # call per connection).
+        if command is not None:
+            self._submit(tenant, command)
+        self._set_presence(tenant, device_id, info, ttl_s)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     async def presence(self, tenant: str) -> dict[str, Json]:
         now = time.time()

@@ -10,6 +10,7 @@ short-lived token-digest → tenant cache, invalidated through the bus (tenant_c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -43,6 +44,7 @@ from .bus import (
 )
 from .errors import BusUnavailable
 from .lockout_view import LockoutView
+from .presence_batch import PresenceWriter
 from .redis_mux import Command, Endpoint, RedisMux
 from .redis_pubsub import SubscriberWire, hold, open_subscriber
 from .tenant_cache import TenantCache
@@ -187,6 +189,8 @@ class RedisBus(Bus):
         )
         # Every other command: one connection, pipelined across concurrent callers.
         self.mux = RedisMux(url)
+        # Presence writes and the iris hellos that travel with them: a few ms per batch.
+        self.presence_writer = PresenceWriter(self.mux.pipeline_settled)
         self.endpoint = Endpoint(url)  # the subscribers' own connections (redis_pubsub)
         self.tenants = TenantCache()
         self.lockouts = LockoutView()
@@ -366,9 +370,9 @@ class RedisBus(Bus):
         self, tenant: str, device_id: str, info: Json | None, ttl_s: float = 60.0
     ) -> None:
         if info is None:
-            await self.mux.execute("HDEL", presence_key(tenant), device_id)
+            await self.presence_writer.write(tenant, device_id, None)
         else:
-            await self.mux.pipeline(_presence(tenant, device_id, info, ttl_s))
+            await self.device_online_soon(tenant, device_id, info, None, ttl_s)
 
     async def device_online(
         self,
@@ -378,9 +382,25 @@ class RedisBus(Bus):
         command: Json | None = None,
         ttl_s: float = 60.0,
     ) -> None:
-        commands = _presence(tenant, device_id, info, ttl_s)
-        await self.mux.pipeline(
-            commands if command is None else [_xadd(tenant, command), *commands]
+        await self.device_online_soon(tenant, device_id, info, command, ttl_s)
+
+    def device_online_soon(
+        self,
+        tenant: str,
+        device_id: str,
+        info: Json,
+        command: Json | None = None,
+        ttl_s: float = 60.0,
+    ) -> asyncio.Future[None]:
+        # Each entry carries its own expiry; the tenant's hash expires when no edge
+        # refreshes anything.
+        entry = json.dumps({**info, "expires": time.time() + ttl_s})
+        return self.presence_writer.write(
+            tenant,
+            device_id,
+            entry,
+            int(ttl_s) + 5,
+            None if command is None else _xadd(tenant, command),
         )
 
     async def presence(self, tenant: str) -> dict[str, Json]:
@@ -396,6 +416,8 @@ class RedisBus(Bus):
             return False
 
     async def close(self) -> None:
+        with contextlib.suppress(BusUnavailable):
+            await self.presence_writer.close()
         await self.mux.close()
         await self.client.aclose()
 
@@ -408,11 +430,3 @@ def _publish_done(sent: asyncio.Future[Any]) -> None:
 def _xadd(tenant: str, command: Json) -> Command:
     payload = json.dumps(command, separators=(",", ":"))
     return ("XADD", command_stream(tenant), "MAXLEN", "~", STREAM_MAXLEN, "*", "d", payload)
-
-
-def _presence(tenant: str, device_id: str, info: Json, ttl_s: float) -> list[Command]:
-    # One hash per tenant; each entry carries its own expiry, and the hash itself expires
-    # when no edge refreshes anything.
-    key = presence_key(tenant)
-    entry = json.dumps({**info, "expires": time.time() + ttl_s})
-    return [("HSET", key, device_id, entry), ("EXPIRE", key, int(ttl_s) + 5)]

@@ -187,19 +187,24 @@ class RedisMux:
 
     async def pipeline(self, commands: Sequence[Command]) -> list[Any]:
         """Replies in order; raises the first error reply once all have arrived."""
+        results = await self.pipeline_settled(commands)
+        first_error = next((r for r in results if isinstance(r, ResponseError)), None)
+        if first_error is not None:
+            raise first_error
+        return results
+
+    async def pipeline_settled(self, commands: Sequence[Command]) -> list[Any]:
+        """Replies in order, an error reply in its place as a ResponseError (commands of
+        different callers share a pipeline, and one's error is not another's)."""
         if not commands:
             return []
         wire = await self._ready()
         results: list[Any] = []
-        first_error: ResponseError | None = None
         for future in wire.send(commands):
             try:
                 results.append(await future)
             except ResponseError as exc:
                 results.append(exc)
-                first_error = first_error or exc
-        if first_error is not None:
-            raise first_error
         return results
 
     async def close(self) -> None:

@@ -79,13 +79,16 @@ class Hub:
         """Presence expires on its own (PRESENCE_TTL_S): a dead edge's devices go offline."""
         while True:
             await asyncio.sleep(PRESENCE_REFRESH_S)
-            for conn in list(self.conns.values()):
-                try:
-                    await self.bus.set_presence(
-                        conn.tenant, conn.device_id, self.presence_info(conn), PRESENCE_TTL_S
-                    )
-                except BusUnavailable:
-                    break
+            # All at once: the bus sends them in a few batched round trips.
+            writes = [
+                self.bus.device_online_soon(
+                    conn.tenant, conn.device_id, self.presence_info(conn), None, PRESENCE_TTL_S
+                )
+                for conn in list(self.conns.values())
+            ]
+            results = await asyncio.gather(*writes, return_exceptions=True)
+            if any(isinstance(result, BusUnavailable) for result in results):
+                log.warning("presence refresh: bus unavailable")
 
     def presence_info(self, conn: Connection) -> Json:
         return {

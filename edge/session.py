@@ -8,6 +8,7 @@ held on the bus, so it holds across every edge.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from typing import Any
@@ -77,6 +78,23 @@ async def _receive_frame(ws: WebSocket) -> str | None:
     ):
         return "\x00too_large"
     return text
+
+
+def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
+    """The hello's bus writes failed: the plugin never got it (iris) or presence is
+    unknown, so the device hears why and reconnects (it loses nothing: replay)."""
+    if online.cancelled():
+        return
+    error = online.exception()
+    if error is None or conn.closed:
+        return
+    log.warning("hello not delivered to the bus: %s", type(error).__name__)
+    conn.send_frame(
+        encode(
+            conn.dialect.error_frame("unavailable", "the gateway bus is unreachable; retry shortly")
+        )
+    )
+    conn.request_close(CLOSE_UNAVAILABLE)
 
 
 class DeviceSession:
@@ -271,13 +289,16 @@ class DeviceSession:
                 },
                 request_id,
             )
-        # The hello for the plugin and the device's presence: one round trip.
-        await self.bus.device_online(
+        # The hello for the plugin and the device's presence, in a round trip shared with
+        # other set-ups. Not awaited: the session reads frames meanwhile, and a failure
+        # reaches the device as `unavailable` and a close (_online_failed).
+        online = self.bus.device_online_soon(
             tenant,
             conn.device_id,
             {"edge": self.hub.edge_id, "conn": conn_id, "since": now_iso(), "dialect": dialect},
             command,
         )
+        online.add_done_callback(functools.partial(_online_settled, conn))
         return conn
 
     def _command(self, conn: Connection, cmd: str, args: Json, request_id: Any) -> Json:

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Callable
 
 from canonical.client import DeviceClient
+from edge.errors import CLOSE_UNAVAILABLE
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation
 from tests.e2e.outbox_check import check_delivery, outbox_events
@@ -244,6 +245,12 @@ async def test_while_redis_is_down_requests_get_unavailable_and_the_socket_stays
     assert phone.closed_code is None
     pong = await phone.request({"type": "ping"})
     assert pong["type"] == "pong"
+    # A device saying hello now (its token known to the edge already) is told why and
+    # closed, not left waiting for a hello.ack the plugin never gets.
+    tablet = await deployment.client()
+    answer = await tablet.hello_iris(deployment.token, "tablet")
+    assert answer["type"] == "error" and answer["error"]["code"] == "unavailable"
+    assert await tablet.wait_closed() == CLOSE_UNAVAILABLE
     redis.restart()
     for _ in range(100):  # the plugin re-registers its tenant within a few seconds
         start = len(phone.frames)
