@@ -267,7 +267,7 @@ class DeviceSession:
                 "type": "ready",
                 "protocol_version": PROTOCOL_VERSION,
                 "server": "pheby",
-                "ts": now_iso(),
+                "ts": conn.since,  # the same instant: one clock read per set-up
             }
             if request_id is not None:
                 ready["request_id"] = request_id
@@ -295,7 +295,7 @@ class DeviceSession:
         online = self.bus.device_online_soon(
             tenant,
             conn.device_id,
-            {"edge": self.hub.edge_id, "conn": conn_id, "since": now_iso(), "dialect": dialect},
+            {"edge": self.hub.edge_id, "conn": conn_id, "since": conn.since, "dialect": dialect},
             command,
         )
         online.add_done_callback(functools.partial(_online_settled, conn))
