@@ -186,7 +186,8 @@ class Bus(abc.ABC):
         ttl_s: float = 60.0,
     ) -> None:
         """A device passed hello: queue its `command` for the plugin (the iris hello; None
-        for pheby) and mark it online, in one round trip. Raises BusUnavailable."""
+        for pheby) and mark it online, in one round trip (on Redis shared with the other
+        set-ups of a few ms). Raises BusUnavailable."""
 
     def device_online_soon(
         self,
