@@ -190,9 +190,7 @@ class MemoryBus(Bus):
         command: Json | None = None,
         ttl_s: float = 60.0,
     ) -> None:
-        if command is not None:
-            self._submit(tenant, command)
-        self._set_presence(tenant, device_id, info, ttl_s)
+        await self.device_online_soon(tenant, device_id, info, command, ttl_s)
 
     def device_online_soon(
         self,
