@@ -46,8 +46,8 @@ class PresenceBatch:
         entry: str | None,
         ttl_s: int = 0,
         command: Command | None = None,
-    ) -> int:
-        """One caller's write (``entry`` None: the device went offline); its index."""
+    ) -> None:
+        """One caller's write (``entry`` None: the device went offline)."""
         if command is not None:
             self._command_of.append(len(self._commands))
             self._commands.append(command)
@@ -59,7 +59,6 @@ class PresenceBatch:
         fields[device_id] = entry
         if entry is not None:
             self._expire[tenant] = max(self._expire.get(tenant, 0), ttl_s)
-        return len(self._tenant_of) - 1
 
     def commands(self) -> tuple[list[Command], list[list[int]]]:
         """The pipeline, and for each caller the indexes of the replies it depends on."""
@@ -139,13 +138,15 @@ class PresenceWriter:
         commands, depends = batch.commands()
         try:
             replies = await self._send(commands)
-        except BaseException as exc:  # BusUnavailable, or this task cancelled at close
+        except asyncio.CancelledError:  # the loop is closing
+            for waiter in waiters:
+                waiter.cancel()
+            raise
+        except Exception as exc:  # BusUnavailable
             for waiter in waiters:
                 if not waiter.done():
                     waiter.set_exception(exc)
                     waiter.exception()  # the caller gets it; not logged if it stopped waiting
-            if not isinstance(exc, Exception):
-                raise
             return
         for waiter, needed in zip(waiters, depends, strict=True):
             if waiter.done():  # the caller was cancelled

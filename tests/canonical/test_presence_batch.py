@@ -143,6 +143,22 @@ async def test_a_lost_connection_fails_every_caller_of_the_batch() -> None:
     assert all(isinstance(result, BusUnavailable) for result in results)
 
 
+async def test_a_flush_cancelled_with_its_loop_cancels_its_callers() -> None:
+    release = asyncio.Event()
+
+    async def hanging(commands: Sequence[Command]) -> list[Any]:
+        await release.wait()
+        return [1 for _ in commands]
+
+    writer = PresenceWriter(hanging, window_s=0.001)
+    waiter = writer.write("t1", "phone", "{}", 65)
+    await asyncio.sleep(0.01)
+    (flush,) = writer._flushing
+    flush.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+
+
 async def test_a_cancelled_caller_does_not_disturb_the_others() -> None:
     pipeline = Pipeline()
     writer = PresenceWriter(pipeline, window_s=0.005)
