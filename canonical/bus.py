@@ -38,6 +38,10 @@ LOCKOUT_INDEX = f"{PREFIX}:lockouts"
 CONSUMER_GROUP = "plugin"
 
 
+# json.dumps with separators builds an encoder per call; this one is built once.
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def token_digest(token: str) -> str:
     """What the registry stores: never the token itself."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -68,7 +72,7 @@ def lockout_key(source: str) -> str:
 
 
 def direct_envelope(conn: str, kind: str, body: Any) -> bytes:
-    return json.dumps({"conn": conn, "kind": kind, "body": body}, separators=(",", ":")).encode()
+    return compact_json({"conn": conn, "kind": kind, "body": body}).encode()
 
 
 class Subscription(abc.ABC):

@@ -35,6 +35,7 @@ from .bus import (
     Json,
     Subscription,
     command_stream,
+    compact_json,
     edge_channel,
     event_channel,
     lockout_key,
@@ -428,5 +429,5 @@ def _publish_done(sent: asyncio.Future[Any]) -> None:
 
 
 def _xadd(tenant: str, command: Json) -> Command:
-    payload = json.dumps(command, separators=(",", ":"))
+    payload = compact_json(command)
     return ("XADD", command_stream(tenant), "MAXLEN", "~", STREAM_MAXLEN, "*", "d", payload)
