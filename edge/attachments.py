@@ -29,6 +29,7 @@ from canonical.bus import Bus
 from canonical.errors import BusUnavailable
 from canonical.protocol import LOCKOUT_FAILURES, LOCKOUT_WINDOW_S, new_id
 
+from .errors import BUS_UNREACHABLE
 from .hub import Hub
 
 log = logging.getLogger("hdg.edge.attachments")
@@ -238,7 +239,7 @@ async def authenticate(request: Request, bus: Bus) -> str:
                 "missing credentials" if token is None else "invalid credentials",
             )
     except BusUnavailable:
-        raise Refused(503, "unavailable", "the gateway bus is unreachable; retry shortly") from None
+        raise Refused(503, "unavailable", BUS_UNREACHABLE) from None
     return tenant
 
 

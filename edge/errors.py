@@ -42,3 +42,4 @@ CLOSE_VERSION_MISMATCH = 4426
 CLOSE_LOCKED_OUT = 4429
 CLOSE_SLOW_CONSUMER = 4008
 CLOSE_UNAVAILABLE = 1013
+BUS_UNREACHABLE = "the gateway bus is unreachable; retry shortly"  # what a device is told

@@ -14,7 +14,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from canonical.bus import Bus, Subscription
-from canonical.errors import BusUnavailable
 from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
 
 from . import metrics
@@ -87,8 +86,14 @@ class Hub:
                 for conn in list(self.conns.values())
             ]
             results = await asyncio.gather(*writes, return_exceptions=True)
-            if any(isinstance(result, BusUnavailable) for result in results):
-                log.warning("presence refresh: bus unavailable")
+            failed = [r for r in results if isinstance(r, Exception)]
+            if failed:
+                log.warning(
+                    "presence refresh: %d of %d writes failed (%s)",
+                    len(failed),
+                    len(results),
+                    type(failed[0]).__name__,
+                )
 
     def presence_info(self, conn: Connection) -> Json:
         return {

@@ -30,6 +30,7 @@ from .connection import Connection
 from .dialects.iris import IRIS_VERSION
 from .dialects.pheby import PROTOCOL_VERSION
 from .errors import (
+    BUS_UNREACHABLE,
     CLOSE_AUTH_TIMEOUT,
     CLOSE_LOCKED_OUT,
     CLOSE_UNAUTHORIZED,
@@ -89,11 +90,7 @@ def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
     if error is None or conn.closed:
         return
     log.warning("hello not delivered to the bus: %s", type(error).__name__)
-    conn.send_frame(
-        encode(
-            conn.dialect.error_frame("unavailable", "the gateway bus is unreachable; retry shortly")
-        )
-    )
+    conn.send_frame(encode(conn.dialect.error_frame("unavailable", BUS_UNREACHABLE)))
     conn.request_close(CLOSE_UNAVAILABLE)
 
 
@@ -160,11 +157,7 @@ class DeviceSession:
 
     async def _unavailable(self) -> None:
         try:
-            await self._send_now(
-                DIALECTS["pheby"].error_frame(
-                    "unavailable", "the gateway bus is unreachable; retry shortly"
-                )
-            )
+            await self._send_now(DIALECTS["pheby"].error_frame("unavailable", BUS_UNREACHABLE))
             await self.ws.close(CLOSE_UNAVAILABLE)
         except Exception:
             pass
@@ -291,11 +284,11 @@ class DeviceSession:
             )
         # The hello for the plugin and the device's presence, in a round trip shared with
         # other set-ups. Not awaited: the session reads frames meanwhile, and a failure
-        # reaches the device as `unavailable` and a close (_online_failed).
+        # reaches the device as `unavailable` and a close (_online_settled).
         online = self.bus.device_online_soon(
             tenant,
             conn.device_id,
-            {"edge": self.hub.edge_id, "conn": conn_id, "since": conn.since, "dialect": dialect},
+            self.hub.presence_info(conn),
             command,
         )
         online.add_done_callback(functools.partial(_online_settled, conn))
