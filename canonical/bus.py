@@ -16,11 +16,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
-import json
 from collections.abc import Callable
 from typing import Any
 
 from .errors import SettingsError
+from .jsonenc import dumps_ascii
 
 Json = dict[str, Any]
 # handler(kind, tenant_or_edge, payload): kind is "event" (tenant channel) or "direct".
@@ -36,10 +36,6 @@ TENANTS_CHANGED = f"{PREFIX}:tenants:changed"
 LOCKOUTS_CHANGED = f"{PREFIX}:lockouts:changed"
 LOCKOUT_INDEX = f"{PREFIX}:lockouts"
 CONSUMER_GROUP = "plugin"
-
-
-# json.dumps with separators builds an encoder per call; this one is built once.
-compact_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def token_digest(token: str) -> str:
@@ -72,7 +68,7 @@ def lockout_key(source: str) -> str:
 
 
 def direct_envelope(conn: str, kind: str, body: Any) -> bytes:
-    return compact_json({"conn": conn, "kind": kind, "body": body}).encode()
+    return dumps_ascii({"conn": conn, "kind": kind, "body": body}).encode()
 
 
 class Subscription(abc.ABC):

@@ -35,7 +35,6 @@ from .bus import (
     Json,
     Subscription,
     command_stream,
-    compact_json,
     edge_channel,
     event_channel,
     lockout_key,
@@ -44,6 +43,7 @@ from .bus import (
     token_digest,
 )
 from .errors import BusUnavailable
+from .jsonenc import dumps_ascii
 from .lockout_view import LockoutView
 from .presence_batch import PresenceWriter
 from .redis_mux import Command, Endpoint, RedisMux
@@ -395,7 +395,7 @@ class RedisBus(Bus):
     ) -> asyncio.Future[None]:
         # Each entry carries its own expiry; the tenant's hash expires when no edge
         # refreshes anything.
-        entry = json.dumps({**info, "expires": time.time() + ttl_s})
+        entry = dumps_ascii({**info, "expires": time.time() + ttl_s})
         return self.presence_writer.write(
             tenant,
             device_id,
@@ -429,5 +429,5 @@ def _publish_done(sent: asyncio.Future[Any]) -> None:
 
 
 def _xadd(tenant: str, command: Json) -> Command:
-    payload = compact_json(command)
+    payload = dumps_ascii(command)
     return ("XADD", command_stream(tenant), "MAXLEN", "~", STREAM_MAXLEN, "*", "d", payload)

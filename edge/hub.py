@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from canonical.bus import Bus, Subscription
+from canonical.jsonenc import dumps
 from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
 
 from . import metrics
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("hdg.edge.hub")
 
 Json = dict[str, Any]
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 PRESENCE_TTL_S = 60.0
 REPLAY_PACE_S = 0.01
@@ -42,7 +42,7 @@ DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
 
 
 def encode(frame: Json) -> str:
-    return _DUMPS(frame)
+    return dumps(frame)
 
 
 class Hub:

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from canonical.errors import BusUnavailable
+from canonical.jsonenc import has_lone_surrogate
 from canonical.protocol import (
     HELLO_TIMEOUT_S,
     LOCKOUT_FAILURES,
@@ -45,6 +46,7 @@ from .wire import UvicornWire as Wire
 log = logging.getLogger("hdg.edge.session")
 
 Json = dict[str, Any]
+LONE_SURROGATE = "frames must be valid Unicode: a lone surrogate escape (\\ud800-\\udfff) is not"
 
 
 class _Refused(Exception):
@@ -182,6 +184,8 @@ class DeviceSession:
         try:
             hello = json.loads(raw) if raw is not None and not raw.startswith("\x00") else None
         except ValueError:
+            hello = None
+        if raw is not None and hello is not None and has_lone_surrogate(raw, hello):
             hello = None
         if not isinstance(hello, dict):
             await self._fail_hello(
@@ -332,6 +336,9 @@ class DeviceSession:
                 request_id = frame.get("request_id")
                 if request_id is not None and not isinstance(request_id, (str, int)):
                     raise FrameRejected("bad_request", "request_id must be a string")
+                if has_lone_surrogate(raw, frame):
+                    # UTF-8 cannot carry it: the plugin could store or echo none of it.
+                    raise FrameRejected("invalid_json", LONE_SURROGATE)
                 decoded = conn.dialect.decode(frame)
                 if "local" in decoded:
                     local = decoded["local"]

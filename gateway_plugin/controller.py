@@ -8,7 +8,6 @@ No Hermes import here: Hermes is reached through `AgentPort` (see hermes_bridge)
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 
 from canonical.bus import Bus, direct_envelope
 from canonical.errors import BusUnavailable
+from canonical.jsonenc import dumps
 from canonical.protocol import REPLY, error_body, now_iso
 from canonical.settings import GatewaySettings
 
@@ -46,7 +46,6 @@ RETENTION_PERIOD_S = 3600.0
 ADOPT_WINDOW_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def _internal_error(command: Json) -> Json:
@@ -114,7 +113,7 @@ class Controller:
         # returns, so it can never hit a device that connects to this new process.
         await self.bus.publish(
             self.tenant,
-            _DUMPS({"type": "_control", "action": "resync", "tenant": self.tenant}).encode(),
+            dumps({"type": "_control", "action": "resync", "tenant": self.tenant}).encode(),
         )
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
@@ -185,7 +184,7 @@ class Controller:
         return sequenced
 
     def publish(self, sequenced: list[Json]) -> None:
-        self._ring(sequenced, [_DUMPS(event).encode() for event in sequenced])
+        self._ring(sequenced, [dumps(event).encode() for event in sequenced])
 
     def _ring(self, sequenced: list[Json], payloads: list[bytes]) -> None:
         self.push.on_published(sequenced)

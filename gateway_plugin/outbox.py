@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from canonical.jsonenc import dumps, dumps_clean
+
 from .sqlite_file import open_wal
 
 Json = dict[str, Any]
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 SCHEMA_VERSION = 2  # 2: events without AUTOINCREMENT (see _drop_autoincrement)
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
@@ -181,12 +182,12 @@ class Outbox:
                 if key is not None:
                     cur.execute(
                         "INSERT INTO idempotency(key, created, result, dispatched) VALUES (?, ?, ?, 0)",
-                        (key, now, _DUMPS(result)),
+                        (key, now, dumps(result)),
                     )
                 if run is not None:
                     cur.execute(
                         "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
-                        (run["run_id"], _DUMPS(run["lane"]), run.get("conversation_id"), now),
+                        (run["run_id"], dumps(run["lane"]), run.get("conversation_id"), now),
                     )
                 live = self._live_deltas(cur)
                 sequenced, changed = _sequence(cur, events, now, live)
@@ -411,7 +412,9 @@ def _sequence(
                 changed[message] = cursor + 1
         cursor += 1
         sequenced = {**event, "cursor": cursor}
-        body = _DUMPS(sequenced)
+        body, scrubbed = dumps_clean(sequenced)
+        if scrubbed:  # a lone surrogate (from a model, say): what is stored is what goes out
+            sequenced = json.loads(body)
         cur.execute(
             "INSERT INTO events(cursor, created, type, coalesce_key, body) VALUES (?, ?, ?, ?, ?)",
             (cursor, now, kind, key, body),

@@ -16,7 +16,7 @@ from edge.errors import (
     CLOSE_VERSION_MISMATCH,
 )
 from tests.e2e.conftest import Deployment
-from tests.e2e.flows import default_conversation
+from tests.e2e.flows import default_conversation, iris_send
 
 
 @pytest.fixture
@@ -137,3 +137,31 @@ async def test_binary_frames_must_be_utf8_json(deployment: Deployment) -> None:
     client: DeviceClient = await deployment.iris("p2")
     await client.send_raw(b"\xff\xfe\x00")
     assert (await client.wait_type("error"))["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("dialect", ["pheby", "iris"])
+async def test_a_lone_surrogate_escape_is_invalid_json_and_an_escaped_pair_is_text(
+    deployment: Deployment, dialect: str
+) -> None:
+    client = await (deployment.pheby() if dialect == "pheby" else deployment.iris("p3"))
+    # json.dumps escapes non-ASCII: "\ud800" goes out as that escape, 😀 as a pair of them.
+    lone = await client.request({"type": "ping", "note": "half of a pair: \ud800"})
+    assert lone["type"] == "error" and lone["error"]["code"] == "invalid_json"
+    if dialect == "iris":
+        send = {"type": "message.send", "chat_id": "android:default", "client_id": "s1"}
+        sent = await client.request({**send, "text": "lone \udfff"})
+        assert sent["type"] == "error" and sent["error"]["code"] == "invalid_json"
+        assert (await iris_send(client, "android:default", "a whole one: 😀"))["type"] == (
+            "message.ack"
+        )
+    pong = await client.request({"type": "ping", "note": "😀"})
+    assert pong["type"] == "pong"
+
+
+async def test_a_hello_with_a_lone_surrogate_is_refused_as_invalid_json(
+    deployment: Deployment,
+) -> None:
+    client = await deployment.client()
+    await client.hello_iris(deployment.token, "p4", device_name="name \ud83d")
+    assert (await client.wait_type("error"))["error"]["code"] == "invalid_json"
+    assert await client.wait_closed() == CLOSE_UNAUTHORIZED

@@ -86,6 +86,15 @@ def test_stored_events_round_trip_unicode_and_nesting(outbox: Outbox) -> None:
     assert outbox.since(0)[0] == [{**event, "cursor": 1}]
 
 
+def test_a_lone_surrogate_is_stored_sent_and_returned_as_the_replacement_character(
+    outbox: Outbox,
+) -> None:
+    # A model's "\\ud83d" escape decodes to half a pair, which UTF-8 (SQLite, sockets) cannot hold.
+    [(event, body)] = outbox.append_encoded([{"type": "message", "text": "cut \ud83d here"}])
+    assert event["text"] == "cut \ufffd here" == json.loads(body.encode("utf-8"))["text"]
+    assert outbox.since(0)[0] == [event]
+
+
 def test_an_empty_append_changes_nothing(outbox: Outbox) -> None:
     assert outbox.append([]) == []
     assert outbox.head() == 0

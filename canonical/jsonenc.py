@@ -1,0 +1,80 @@
+"""Compact JSON for frames, bus messages and stored events: built once, UTF-8 safe.
+
+``json.JSONEncoder.encode`` builds a new C encoder on every call, about half the cost of
+encoding a small frame; these encoders are built once. Python strings may hold lone
+surrogates (a model's ``"\\ud800"`` escape decodes to one) that UTF-8 cannot carry:
+``dumps`` replaces them with U+FFFD, so its text always encodes, whoever reads it next
+(a socket, SQLite, the bus). Surrogate-free input gives exactly ``json.dumps``'s text
+with the same options.
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+from collections.abc import Callable
+from typing import Any
+
+_Encoder = Callable[[Any, int], "list[str] | tuple[str, ...]"]
+
+
+def _build(ensure_ascii: bool) -> Callable[[Any], str]:
+    fallback = json.JSONEncoder(
+        ensure_ascii=ensure_ascii, check_circular=False, separators=(",", ":")
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)  # private, not in typeshed
+    if make is None:  # CPython always has the accelerator; keep the slow path correct
+        return fallback.encode
+    strings = (
+        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    )
+    # markers=None: no cycle check (our documents are trees; a cycle is a RecursionError).
+    encoder: _Encoder = make(None, fallback.default, strings, None, ":", ",", False, False, True)
+
+    def encode(obj: Any) -> str:
+        return "".join(encoder(obj, 0))
+
+    return encode
+
+
+_dumps_raw = _build(ensure_ascii=False)
+dumps_ascii = _build(ensure_ascii=True)
+"""Compact JSON with every non-ASCII character escaped (lone surrogates too)."""
+
+
+def scrub_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (a split pair is rejoined)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def dumps_clean(obj: Any) -> tuple[str, bool]:
+    """Compact JSON, non-ASCII kept as is, always encodable as UTF-8; and whether a lone
+    surrogate had to be replaced (the text then no longer says exactly what ``obj`` does)."""
+    text = _dumps_raw(obj)
+    if text.isascii():  # O(1): CPython keeps the flag
+        return text, False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return scrub_surrogates(text), True
+    return text, False
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON, non-ASCII kept as is, always encodable as UTF-8."""
+    return dumps_clean(obj)[0]
+
+
+def has_lone_surrogate(raw: str, parsed: Any) -> bool:
+    """Whether ``parsed`` (``json.loads(raw)`` of UTF-8 text) holds a lone surrogate.
+
+    Only a ``\\uD800``–``\\uDFFF`` escape can produce one, so text without such an escape
+    costs one substring search.
+    """
+    if "\\ud" not in raw and "\\uD" not in raw:
+        return False
+    try:
+        _dumps_raw(parsed).encode()
+    except UnicodeEncodeError:
+        return True
+    return False
