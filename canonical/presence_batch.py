@@ -35,6 +35,7 @@ class PresenceBatch:
         self._tenant_of: list[str] = []  # caller -> the tenant whose hash it writes
         self._fields: dict[str, dict[str, str | None]] = {}  # tenant -> device -> entry
         self._expire: dict[str, int] = {}  # tenant -> the hash's TTL (longest asked)
+        self._tenant_replies: dict[str, list[int]] = {}  # by commands(): tenant -> its replies
 
     def __len__(self) -> int:
         return len(self._tenant_of)
@@ -60,10 +61,10 @@ class PresenceBatch:
         if entry is not None:
             self._expire[tenant] = max(self._expire.get(tenant, 0), ttl_s)
 
-    def commands(self) -> tuple[list[Command], list[list[int]]]:
-        """The pipeline, and for each caller the indexes of the replies it depends on."""
+    def commands(self) -> list[Command]:
+        """The pipeline: the hello commands, then each tenant's presence writes."""
         out = list(self._commands)
-        tenant_replies: dict[str, list[int]] = {}
+        tenant_replies = self._tenant_replies = {}
         for tenant, fields in self._fields.items():
             key = presence_key(tenant)
             gone = [device for device, entry in fields.items() if entry is None]
@@ -80,10 +81,16 @@ class PresenceBatch:
                 out.append(("HSET", key, *online))
                 replies.append(len(out))
                 out.append(("EXPIRE", key, self._expire[tenant]))
-        depends: list[list[int]] = []
-        for own, writer in zip(self._command_of, self._tenant_of, strict=True):
-            depends.append(([] if own is None else [own]) + tenant_replies[writer])
-        return out, depends
+        return out
+
+    def depends(self) -> list[list[int]]:
+        """For each caller, the indexes of the replies (of ``commands()``) it depends on:
+        only needed when one of them failed."""
+        tenant_replies = self._tenant_replies
+        return [
+            ([] if own is None else [own]) + tenant_replies[writer]
+            for own, writer in zip(self._command_of, self._tenant_of, strict=True)
+        ]
 
 
 # Sends a pipeline; returns each reply or its ResponseError; raises BusUnavailable when
@@ -135,9 +142,8 @@ class PresenceWriter:
         task.add_done_callback(self._flushing.discard)
 
     async def _write(self, batch: PresenceBatch, waiters: list[asyncio.Future[None]]) -> None:
-        commands, depends = batch.commands()
         try:
-            replies = await self._send(commands)
+            replies = await self._send(batch.commands())
         except asyncio.CancelledError:  # the loop is closing
             for waiter in waiters:
                 waiter.cancel()
@@ -148,7 +154,12 @@ class PresenceWriter:
                     waiter.set_exception(exc)
                     waiter.exception()  # the caller gets it; not logged if it stopped waiting
             return
-        for waiter, needed in zip(waiters, depends, strict=True):
+        if not any(isinstance(reply, ResponseError) for reply in replies):
+            for waiter in waiters:  # the usual case: nobody's reply failed
+                if not waiter.done():  # (done: the caller was cancelled)
+                    waiter.set_result(None)
+            return
+        for waiter, needed in zip(waiters, batch.depends(), strict=True):
             if waiter.done():  # the caller was cancelled
                 continue
             error = next(

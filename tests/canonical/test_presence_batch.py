@@ -27,7 +27,7 @@ def test_a_batch_sends_the_hellos_first_then_one_hset_and_one_expire_per_tenant(
     batch.add("t1", "phone", '{"p":1}', 65, ("XADD", "s1", "*", "d", "hello-phone"))
     batch.add("t1", "desk", '{"d":1}', 35)
     batch.add("t2", "tablet", '{"t":1}', 65, ("XADD", "s2", "*", "d", "hello-tablet"))
-    commands, depends = batch.commands()
+    commands, depends = batch.commands(), batch.depends()
     assert commands == [
         ("XADD", "s1", "*", "d", "hello-phone"),
         ("XADD", "s2", "*", "d", "hello-tablet"),
@@ -44,7 +44,7 @@ def test_a_device_that_goes_offline_in_the_same_batch_is_only_deleted() -> None:
     batch = PresenceBatch()
     batch.add("t1", "phone", '{"p":1}', 65)
     batch.add("t1", "phone", None)
-    commands, _ = batch.commands()
+    commands = batch.commands()
     assert commands == [("HDEL", presence_key("t1"), "phone")]
 
 
@@ -74,7 +74,7 @@ def test_a_batch_leaves_redis_as_the_writes_one_by_one_would(
     for tenant, device, entry in writes:
         batch.add(tenant, device, entry, 60)
     batched: dict[str, dict[str, str]] = {}
-    commands, depends = batch.commands()
+    commands, depends = batch.commands(), batch.depends()
     for name, key, *rest in commands:
         fields = batched.setdefault(key, {})
         if name == "HDEL":
