@@ -31,6 +31,9 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
         "ws_ping_interval": settings.ws_ping_s,
         "ws_ping_timeout": settings.ws_ping_s,
         "ws_per_message_deflate": False,
+        # No "server: uvicorn" on every response and upgrade: nothing to tell a scanner,
+        # and one header less to build per connection. (Date stays: HTTP requires it.)
+        "server_header": False,
         "log_level": "warning",
         "access_log": False,
         "lifespan": "on",

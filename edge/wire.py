@@ -91,18 +91,26 @@ class UvicornWire:
             proto.scope["headers"] = []
 
 
+_WIRED: set[type] = set()  # protocol classes found to be uvicorn's websockets-sansio
+
+
 def wire_for(send: Callable[..., Any]) -> UvicornWire | None:
     """The direct writer for an ASGI ``send``, when it is uvicorn's websockets-sansio
     protocol without extensions (a negotiated permessage-deflate would need per-socket
     compression), else None."""
     proto = getattr(send, "__self__", None)
-    if proto is None or type(proto).__name__ != "WebSocketsSansIOProtocol":
+    if proto is None:
         return None
-    if type(proto).__module__ != "uvicorn.protocols.websockets.websockets_sansio_impl":
-        return None
+    kind = type(proto)
+    if kind not in _WIRED:
+        if (
+            kind.__name__ != "WebSocketsSansIOProtocol"
+            or kind.__module__ != "uvicorn.protocols.websockets.websockets_sansio_impl"
+            or not all(hasattr(proto, name) for name in ("transport", "writable", "close_sent"))
+        ):
+            return None
+        _WIRED.add(kind)  # its __init__ sets those attributes on every instance
     conn = getattr(proto, "conn", None)
-    if conn is None or getattr(conn, "extensions", None):
-        return None
-    if not all(hasattr(proto, name) for name in ("transport", "writable", "close_sent")):
+    if conn is None or conn.extensions:
         return None
     return UvicornWire(proto)
