@@ -71,6 +71,11 @@ def test_edges_run_two_replicas_without_host_ports(compose: dict[str, Any]) -> N
     assert published == ["caddy"], "only the proxy publishes host ports"
 
 
+def test_edges_take_the_device_address_from_the_proxy(compose: dict[str, Any]) -> None:
+    # Otherwise every device is Caddy's address and shares one hello lockout.
+    assert service(compose, "edge")["environment"]["FORWARDED_ALLOW_IPS"] == "*"
+
+
 def test_every_service_has_a_health_check_and_a_stop_grace_period(
     compose: dict[str, Any],
 ) -> None:
@@ -124,6 +129,8 @@ def test_the_caddyfile_proxies_websockets_to_health_checked_edges() -> None:
     assert "health_uri /healthz" in text
     assert re.search(r"@internal path /metrics /readyz\s+respond @internal 404", text)
     assert text.count("{") == text.count("}"), "balanced blocks"
+    for credential in ("Authorization", "X-Pheby-Secret"):  # never in the access log
+        assert f"request>headers>{credential} delete" in text
 
 
 def _unit(name: str) -> configparser.ConfigParser:

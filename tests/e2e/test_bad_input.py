@@ -60,6 +60,26 @@ async def test_five_failed_hellos_lock_the_address_out(deployment: Deployment) -
     assert await locked.wait_closed() == CLOSE_LOCKED_OUT
 
 
+async def test_behind_a_trusted_proxy_the_lockout_counts_per_forwarded_address(
+    deployment: Deployment,
+) -> None:
+    async def via(address: str) -> DeviceClient:
+        # Loopback is a trusted proxy by default (FORWARDED_ALLOW_IPS): its X-Forwarded-For counts.
+        client = DeviceClient(deployment.ws_urls[0] + "/ws")
+        deployment.clients.append(client)
+        return await client.connect(additional_headers={"X-Forwarded-For": address})
+
+    for _ in range(5):
+        client = await via("203.0.113.7")
+        await client.hello_pheby("not-the-secret-at-all")
+        await client.wait_closed()
+    locked = await via("203.0.113.7")
+    assert (await locked.wait_type("error"))["error"]["code"] == "rate_limited"
+    assert await locked.wait_closed() == CLOSE_LOCKED_OUT
+    for neighbour in (await via("203.0.113.8"), await deployment.client()):
+        assert (await neighbour.hello_pheby(deployment.token))["type"] == "ready"
+
+
 @pytest.mark.parametrize("dialect", ["pheby", "iris"])
 async def test_garbage_oversize_overlong_and_unknown_frames_get_errors_and_the_connection_stays_usable(
     deployment: Deployment, dialect: str
