@@ -17,6 +17,8 @@ from typing import Any
 
 MAX_TEXT_CHARS = 64_000
 MAX_FRAME_BYTES = 2 * 1024 * 1024
+# Cursors and offsets are SQLite integers (signed 64-bit): a larger one is a bad request.
+MAX_CURSOR = 2**63 - 1
 MAX_HISTORY = 500
 HELLO_TIMEOUT_S = 10.0
 LOCKOUT_FAILURES = 5

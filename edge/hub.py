@@ -233,8 +233,9 @@ class Hub:
             if frame is not None:
                 conn.send_frame(encode(frame))
         head = body.get("head")
-        if body.get("fresh") and isinstance(head, int):
-            # A fresh device starts at the head: older events are history, not a gap.
+        if isinstance(head, int) and (body.get("fresh") or conn.last_cursor > head):
+            # A fresh device starts at the head: older events are history, not a gap. A
+            # device ahead of the head (a restored server) would otherwise drop new events.
             conn.last_cursor = head
         events: list[tuple[Json, OutFrame | str | None]] = []
         for event in body.get("events") or []:

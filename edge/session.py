@@ -28,7 +28,7 @@ from canonical.protocol import (
 
 from . import dialects, metrics
 from .connection import Connection
-from .dialects.iris import IRIS_VERSION
+from .dialects.iris import IRIS_VERSION, valid_cursor
 from .dialects.pheby import PROTOCOL_VERSION
 from .errors import (
     BUS_UNREACHABLE,
@@ -254,8 +254,15 @@ class DeviceSession:
         if dialect == "iris":
             cursor = hello.get("cursor")
             # No cursor: a fresh device, starting at the head. A cursor (0 included): replay after it.
-            if not (isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0):
-                cursor = None
+            if cursor is not None and not valid_cursor(cursor):
+                # Not taken as "fresh": that would skip the events the device is missing.
+                raise _Refused(
+                    dialect,
+                    "bad_request",
+                    "cursor must be an integer from 0 to 2^63-1",
+                    CLOSE_UNAUTHORIZED,
+                    request_id,
+                )
             conn.last_cursor = cursor or 0
             conn.begin_replay()
         await self.hub.attach(conn)

@@ -149,9 +149,16 @@ class CommandHandler:
         absence is paced by the device's own speed and never overflows its queue."""
         await self.c.reply(command, {**self.replay_body(cursor, before), **extra}, kind=REPLAY)
 
-    def replay_body(self, cursor: int, before: list[Json]) -> Json:
+    def replay_body(self, cursor: int, before: list[Json], head: int | None = None) -> Json:
+        """Events after ``cursor`` (a chunk), and the head: a device whose cursor is past it
+        starts again from there."""
         events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
-        return {"before": before, "events": events, "more": len(events) == REPLAY_CHUNK}
+        return {
+            "before": before,
+            "events": events,
+            "more": len(events) == REPLAY_CHUNK,
+            "head": self.c.outbox.head() if head is None else head,
+        }
 
     async def cmd_ack(self, command: Json, args: Json) -> None:
         cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))

@@ -16,7 +16,7 @@ from typing import Any
 from canonical.bus import Bus, direct_envelope
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
-from canonical.protocol import REPLY, error_body, now_iso
+from canonical.protocol import CLOSE, REPLY, error_body, now_iso
 from canonical.settings import GatewaySettings
 
 from . import admin
@@ -52,6 +52,20 @@ def _internal_error(command: Json) -> Json:
     return error_body(
         "internal_error", "the gateway failed to handle this request", command.get("request_id")
     )
+
+
+# A device whose hello or sync failed is waiting for a replay that will not come, and its
+# edge holds live events back until it does: close it (1011), so it reconnects and asks again.
+CLOSE_INTERNAL_ERROR = 1011
+_REPLAYING_COMMANDS = ("hello", "sync")
+
+
+def _failed(command: Json) -> tuple[Json, Json, str]:
+    """The reply to a command that raised: an error, or for a replay, an error and a close."""
+    error = _internal_error(command)
+    if command.get("cmd") in _REPLAYING_COMMANDS:
+        return command, {"code": CLOSE_INTERNAL_ERROR, "frame": error}, CLOSE
+    return command, error, REPLY
 
 
 class Controller:
@@ -311,7 +325,7 @@ class Controller:
             await self.commands.handle(command)
         except Exception:
             log.exception("command %s failed", command.get("cmd"))
-            await self.reply(command, _internal_error(command))
+            await self.reply_many([_failed(command)])
 
     async def _handle_hellos(self, hellos: list[tuple[str, Json]], acks: list[str]) -> None:
         if not hellos:
@@ -322,8 +336,13 @@ class Controller:
         try:
             await self.commands.hello_batch(commands)
         except Exception:
-            log.exception("%d hellos failed", len(commands))
-            await self.reply_many([(c, _internal_error(c), REPLY) for c in commands])
+            log.exception("%d hellos failed together; answering them one by one", len(commands))
+            for command in commands:  # one bad hello must not fail its neighbours
+                try:
+                    await self.commands.hello_batch([command])
+                except Exception:
+                    log.exception("hello failed")
+                    await self.reply_many([_failed(command)])
         self.outbox.mark_processed_many(entry_ids)
         acks.extend(entry_ids)
 

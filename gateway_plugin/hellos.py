@@ -79,7 +79,7 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             # A fresh device starts at the head: older events are history, not a gap.
             body: Json = {"before": [ack], "events": [], "head": head, "fresh": True}
         else:
-            body = c.commands.replay_body(cursor, [ack])
+            body = c.commands.replay_body(cursor, [ack], head)
         replies.append((command, body, REPLAY))
     await c.reply_many(replies)
 

@@ -292,14 +292,18 @@ class Outbox:
         return self.ack_many([(device_id, cursor)])[device_id]
 
     def ack_many(self, acks: list[tuple[str, int]]) -> dict[str, int]:
-        """Several devices' acks in one transaction; the stored cursor of each."""
+        """Several devices' acks in one transaction; the stored cursor of each. An ack past
+        the last cursor given out counts as that one: a device's clock of cursors cannot
+        run ahead (it would silence pushes to every device for events it never saw)."""
         now = time.time()
         stored: dict[str, int] = {}
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
-                for device_id, cursor in acks:
+                head = _last_cursor(cur)
+                for device_id, asked in acks:
+                    cursor = min(asked, head)
                     cur.execute(
                         "INSERT INTO device_acks(device_id, cursor, updated) VALUES (?, ?, ?) "
                         "ON CONFLICT(device_id) DO UPDATE SET cursor = MAX(cursor, excluded.cursor), "

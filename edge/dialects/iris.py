@@ -7,6 +7,7 @@ from typing import Any
 
 from canonical import attachments
 from canonical.bus import token_digest
+from canonical.protocol import MAX_CURSOR
 
 from ..errors import FrameRejected
 from . import fields
@@ -81,11 +82,16 @@ def _media_upload_chunk(f: Json) -> Json:
 
 def _cursor(f: Json, key: str = "cursor") -> int:
     value = f.get(key, 0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not valid_cursor(value):
         raise FrameRejected(
-            "bad_request", f"{key} must be a non-negative integer", f.get("request_id")
+            "bad_request", f"{key} must be an integer from 0 to 2^63-1", f.get("request_id")
         )
-    return value
+    return int(value)
+
+
+def valid_cursor(value: Any) -> bool:
+    """An integer SQLite can hold, not negative (JSON true is not 1 here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_CURSOR
 
 
 def _channel_create(f: Json) -> Json:

@@ -185,3 +185,24 @@ async def test_a_hello_with_a_lone_surrogate_is_refused_as_invalid_json(
     await client.hello_iris(deployment.token, "p4", device_name="name \ud83d")
     assert (await client.wait_type("error"))["error"]["code"] == "invalid_json"
     assert await client.wait_closed() == CLOSE_UNAUTHORIZED
+
+
+async def test_a_hello_cursor_that_is_not_a_cursor_is_a_bad_request(
+    deployment: Deployment,
+) -> None:
+    # Taken as "no cursor" these would start the device at the head, skipping what it missed.
+    for cursor in (2.0, "2", True, -1, 2**63):
+        client = await deployment.client()
+        hello = {"type": "hello", "token": deployment.token, "device_id": "p5", "version": 1}
+        await client.send({**hello, "cursor": cursor})
+        assert (await client.wait_type("error"))["error"]["code"] == "bad_request", cursor
+        assert await client.wait_closed() == CLOSE_UNAUTHORIZED
+
+
+async def test_a_device_ahead_of_the_head_starts_from_the_head_and_gets_new_events(
+    deployment: Deployment,
+) -> None:
+    client = await deployment.iris("p6", cursor=10**15)  # e.g. the server was restored
+    assert (await iris_send(client, "android:default", "still there?"))["type"] == "message.ack"
+    echo = await client.wait_for(lambda f: f.get("type") == "message" and f.get("role") == "user")
+    assert echo["text"] == "still there?" and echo["cursor"] < 10**15

@@ -193,16 +193,36 @@ async def test_an_entry_already_carried_out_is_acked_without_running_again(rig: 
     assert [r["conn"] for r in rig.replies] == ["c-phone", "c-desk", "c-tablet"]
 
 
-async def test_a_failing_batch_answers_every_hello_with_an_internal_error(
+async def test_a_failing_hello_is_closed_with_1011_and_its_neighbours_are_answered(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("disk on fire")
+    real = rig.controller.devices.seen_many
+
+    def broken(hellos: Any, *args: Any, **kwargs: Any) -> Any:
+        if any(h.device_id == "bad" for h in hellos):
+            raise RuntimeError("disk on fire")
+        return real(hellos, *args, **kwargs)
 
     monkeypatch.setattr(rig.controller.devices, "seen_many", broken)
-    await rig.controller._handle_batch([("8-1", hello("phone")), ("8-2", hello("desk"))])
-    assert [(r["conn"], r["body"]["code"]) for r in rig.replies] == [
-        ("c-phone", "internal_error"),
-        ("c-desk", "internal_error"),
+    batch = [("8-1", hello("phone")), ("8-2", hello("bad")), ("8-3", hello("desk"))]
+    await rig.controller._handle_batch(batch)
+    # A close, not a reply: the edge holds the device's live events until its replay comes.
+    assert [(r["conn"], r["kind"]) for r in rig.replies] == [
+        ("c-phone", "replay"),
+        ("c-bad", "close"),
+        ("c-desk", "replay"),
     ]
-    assert rig.controller.outbox.processed_among(["8-1", "8-2"]) == {"8-1", "8-2"}
+    failed = rig.replies[1]["body"]
+    assert failed["code"] == 1011 and failed["frame"]["code"] == "internal_error"
+    assert rig.controller.outbox.processed_among(["8-1", "8-2", "8-3"]) == {"8-1", "8-2", "8-3"}
+
+
+async def test_a_cursor_past_the_head_acks_the_head_and_the_reply_says_where_it_is(
+    rig: _Rig,
+) -> None:
+    rig.controller.emit([{"type": "message", "text": str(n)} for n in range(3)])
+    await rig.submit(hello("phone", cursor=10**15))
+    [phone] = await rig.replies_for(1)
+    assert phone["body"]["events"] == [] and phone["body"]["head"] == 3
+    # Stored as given, it would mark every later event as seen and silence all pushes.
+    assert rig.controller.outbox.acks() == {"phone": 3}

@@ -417,11 +417,18 @@ def test_finish_run_removes_it_from_the_active_runs(outbox: Outbox) -> None:
 
 
 def test_device_acks_only_move_forward(outbox: Outbox) -> None:
+    outbox.append([other(n) for n in range(10)])
     assert outbox.ack("phone", 5) == 5
     assert outbox.ack("phone", 3) == 5
     assert outbox.ack("phone", 9) == 9
     assert outbox.ack("tablet", 1) == 1
     assert outbox.acks() == {"phone": 9, "tablet": 1}
+
+
+def test_an_ack_past_the_last_cursor_given_out_counts_as_that_cursor(outbox: Outbox) -> None:
+    outbox.append([other(n) for n in range(3)])
+    assert outbox.ack("phone", 2**62) == 3
+    assert outbox.ack_many([("tablet", 10**15), ("desk", 2)]) == {"tablet": 3, "desk": 2}
 
 
 def test_last_delta_text_is_the_newest_streamed_text_until_the_message_completes(
@@ -470,6 +477,7 @@ def test_a_batch_of_entries_is_checked_and_marked_at_once_and_survives_a_reopen(
 def test_acks_of_several_devices_are_stored_at_once_and_only_move_forward(
     outbox: Outbox,
 ) -> None:
+    outbox.append([other(n) for n in range(10)])
     outbox.ack("phone", 7)
     assert outbox.ack_many([("phone", 5), ("tablet", 3), ("desk", 9)]) == {
         "phone": 7,
