@@ -219,6 +219,9 @@ class CommandHandler:
             and entry.thread_id is None
         ):
             if entry.kind == "default" and not text.lstrip().startswith("/"):
+                media_refs = list(args.get("media_refs") or [])
+                if media_refs:  # a send refused for its uploads must leave no thread behind
+                    self.c.attachments.validate_claim(media_refs, entry, thread_may_adopt=True)
                 entry = self.c.channels.create_thread(
                     entry.chat_id, derive_title(text), auto=True, name_source="derived"
                 )

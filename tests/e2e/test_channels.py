@@ -193,6 +193,10 @@ async def test_auto_threading_names_the_thread_at_once_then_with_the_models_titl
 ) -> None:
     phone = await deployment.iris("phone")
     tablet = await deployment.iris("tablet")
+    refused = await iris_send(  # refused for its upload: leaves no thread behind
+        phone, "android:default", "Plan a lost photo", auto_thread=True, media_refs=["0" * 32]
+    )
+    assert refused["type"] == "error" and refused["error"]["code"] == "bad_request"
     ack = await iris_send(
         phone, "android:default", "Plan the garden party for Saturday please", auto_thread=True
     )
