@@ -24,6 +24,30 @@ def opt_str(frame: Json, key: str, *, max_len: int = 256) -> str | None:
     return value
 
 
+def opt_ref(frame: Json, key: str, *, max_len: int = 64) -> str | None:
+    """An optional reference (an id): absent or null means none, but "" is not an id (it
+    must not pass for "absent", which means something else: e.g. the global scope)."""
+    value = opt_str(frame, key, max_len=max_len)
+    if value is not None and not value.strip():
+        raise FrameRejected("bad_request", f"{key} must not be empty", frame.get("request_id"))
+    return value
+
+
+def name_token(frame: Json, key: str, *, max_len: int, required: bool) -> str | None:
+    """A model or provider name: one word. Hermes parses `/model <name> --flags`, so a
+    space or a leading "-" would smuggle flags (`--session`) into the command."""
+    value = (
+        req_str(frame, key, max_len=max_len) if required else opt_str(frame, key, max_len=max_len)
+    )
+    if value is not None and (value.startswith("-") or any(c.isspace() for c in value)):
+        raise FrameRejected(
+            "bad_request",
+            f"{key} must be one name, without spaces or a leading '-'",
+            frame.get("request_id"),
+        )
+    return value
+
+
 def req_str(frame: Json, key: str, *, max_len: int = 256) -> str:
     value = opt_str(frame, key, max_len=max_len)
     if value is None or not value.strip():

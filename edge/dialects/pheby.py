@@ -57,7 +57,7 @@ def _args_reasoning_set(f: Json) -> Json:
             "effort must be one of " + ", ".join(REASONING_EFFORTS),
             f.get("request_id"),
         )
-    return {"effort": effort, "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)}
+    return {"effort": effort, "conversation_id": fields.opt_ref(f, "conversation_id")}
 
 
 _DECODERS: dict[str, Any] = {
@@ -84,18 +84,14 @@ _DECODERS: dict[str, Any] = {
         "conversation_id": _conversation(f),
         "enabled": fields.req_bool(f, "enabled"),
     },
-    "models.list": lambda f: {"conversation_id": fields.opt_str(f, "conversation_id", max_len=64)},
-    "models.current": lambda f: {
-        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)
-    },
+    "models.list": lambda f: {"conversation_id": fields.opt_ref(f, "conversation_id")},
+    "models.current": lambda f: {"conversation_id": fields.opt_ref(f, "conversation_id")},
     "model.set": lambda f: {
-        "model": fields.req_str(f, "model", max_len=200),
-        "provider": fields.opt_str(f, "provider", max_len=100),
-        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64),
+        "model": fields.name_token(f, "model", max_len=200, required=True),
+        "provider": fields.name_token(f, "provider", max_len=100, required=False),
+        "conversation_id": fields.opt_ref(f, "conversation_id"),
     },
-    "reasoning.current": lambda f: {
-        "conversation_id": fields.opt_str(f, "conversation_id", max_len=64)
-    },
+    "reasoning.current": lambda f: {"conversation_id": fields.opt_ref(f, "conversation_id")},
     "reasoning.set": _args_reasoning_set,
 }
 

@@ -319,6 +319,38 @@ INVALID: list[tuple[str, Json, str]] = [
         "too_large",
     ),
     ("model missing", {"type": "model.set", "request_id": "r9"}, "bad_request"),
+    # Hermes parses "/model <name> --flags": a space or a leading "-" would add flags.
+    (
+        "model with a flag",
+        {"type": "model.set", "model": "gpt-4 --session", "request_id": "r9"},
+        "bad_request",
+    ),
+    (
+        "model that is a flag",
+        {"type": "model.set", "model": "--global", "request_id": "r9"},
+        "bad_request",
+    ),
+    (
+        "provider with a space",
+        {"type": "model.set", "model": "m", "provider": "a b", "request_id": "r9"},
+        "bad_request",
+    ),
+    # "" is not "absent" (which means the global scope).
+    (
+        "model for conversation ''",
+        {"type": "model.set", "model": "m", "conversation_id": "", "request_id": "r9"},
+        "bad_request",
+    ),
+    (
+        "reasoning for conversation ''",
+        {"type": "reasoning.set", "effort": "low", "conversation_id": " ", "request_id": "r9"},
+        "bad_request",
+    ),
+    (
+        "models of conversation ''",
+        {"type": "models.current", "conversation_id": "", "request_id": "r9"},
+        "bad_request",
+    ),
     (
         "reasoning unknown effort",
         {"type": "reasoning.set", "effort": "turbo", "request_id": "r9"},
