@@ -248,11 +248,16 @@ def _refusal(refused: Refused) -> JSONResponse:
     return error_response(refused.status, refused.code, refused.message, headers)
 
 
+def _is_form(content_type: str | None) -> bool:
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    return kind.startswith("multipart/") or kind == "application/x-www-form-urlencoded"
+
+
 def _declared_length(request: Request) -> int | None:
     raw = request.headers.get("content-length")
     if raw is None:
         return None
-    if not raw.strip().isdigit():
+    if not (raw.strip().isascii() and raw.strip().isdigit()):  # "²" is a digit to isdigit
         raise Refused(400, "bad_request", "invalid Content-Length")
     return int(raw)
 
@@ -265,9 +270,16 @@ def routes(store: AttachmentStore) -> list[Route]:
             tenant = await authenticate(request, bus)
             root = store.require_root()
             conversation_id = request.query_params.get("conversation_id") or ""
-            if not conversation_id.strip() or len(conversation_id) > 64:
+            if not conversation_id.strip():
                 raise Refused(400, "bad_request", "conversation_id is required")
+            if len(conversation_id) > 64:
+                raise Refused(400, "bad_request", "conversation_id is longer than 64")
             filename = spec.sanitize_filename(request.query_params.get("filename"))
+            if _is_form(request.headers.get("content-type")):
+                # Stored as sent, the file would be the form's envelope (boundaries and all).
+                raise Refused(
+                    415, "bad_request", "send the file's raw bytes as the body, not a form"
+                )
             declared = _declared_length(request)
             if declared is not None and declared > store.max_bytes:
                 raise Refused(413, "too_large", f"files are limited to {store.max_bytes} bytes")

@@ -316,7 +316,8 @@ class MediaFrames:
 
     # -- pulls
     async def _pull(self, conn: Connection, args: Json, request_id: Any) -> None:
-        running = self._pulls.setdefault(conn.id, set())
+        # Registered only once a pull starts: a refused one must leave no entry behind.
+        running = self._pulls.get(conn.id) or set()
         if len(running) >= MAX_PULLS_PER_CONNECTION:
             raise FrameRejected(
                 "rate_limited", f"at most {MAX_PULLS_PER_CONNECTION} pulls at once", request_id
@@ -335,6 +336,7 @@ class MediaFrames:
             name=f"hdg-pull-{media_id[:8]}",
         )
         running.add(task)
+        self._pulls[conn.id] = running
 
         def finished(done: asyncio.Task[None]) -> None:
             running.discard(done)

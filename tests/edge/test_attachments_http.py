@@ -46,6 +46,12 @@ async def test_every_error_status_of_the_upload_and_download_endpoints(
     assert no_conversation.status_code == 400
     empty = await upload(http, deployment, conversation_id, "a.txt", b"")
     assert empty.status_code == 400 and empty.json()["error"]["code"] == "bad_request"
+    too_long = await upload(http, deployment, "c" * 65, "a.txt", b"hello")
+    assert too_long.status_code == 400 and "longer than 64" in too_long.json()["error"]["message"]
+    for form in ("multipart/form-data; boundary=xyz", "application/x-www-form-urlencoded"):
+        # The spec's body is the file's raw bytes: a form would be stored as its envelope.
+        posted = await upload(http, deployment, conversation_id, "p.png", b"--xyz\r\n", form)
+        assert posted.status_code == 415 and posted.json()["error"]["code"] == "bad_request"
 
     declared = await upload(http, deployment, conversation_id, "big.bin", b"\0" * (limit + 1))
     assert declared.status_code == 413 and declared.json()["error"]["code"] == "too_large"
