@@ -114,9 +114,18 @@ class AttachmentStore:
         return await self.ask(tenant, "attachment.check", lane_or_conversation)
 
     async def register(
-        self, tenant: str, stored: Stored, where: Json, filename: str, mime: str
+        self,
+        tenant: str,
+        stored: Stored,
+        where: Json,
+        filename: str,
+        mime: str,
+        *,
+        keep_unanswered: bool = False,
     ) -> Json:
-        """Register a file already at its final path; delete it if the plugin refuses."""
+        """Register a file already at its final path; delete it if the plugin refuses.
+        ``keep_unanswered``: keep it when the plugin did not answer (503, cancelled), for
+        a retry to register it again (a resumable upload)."""
         try:
             reply = await self.ask(
                 tenant,
@@ -130,9 +139,11 @@ class AttachmentStore:
                     "sha256": stored.sha256,
                 },
             )
-        except BaseException:
-            with contextlib.suppress(OSError):
-                stored.path.unlink()
+        except BaseException as failure:
+            unanswered = not isinstance(failure, Refused) or failure.status == 503
+            if not (keep_unanswered and unanswered):
+                with contextlib.suppress(OSError):
+                    stored.path.unlink()
             raise
         attachment = reply.get("attachment")
         return attachment if isinstance(attachment, dict) else {}

@@ -88,6 +88,16 @@ def _unlink(*paths: Path) -> None:
             path.unlink()
 
 
+def _stored_bytes(part: Path, meta: Json) -> int:
+    """How much of an upload is in: the part's size, or all of it once a finish moved it."""
+    try:
+        return part.stat().st_size
+    except FileNotFoundError:
+        if meta.get("attachment_id"):
+            return int(meta["size"])
+        raise
+
+
 def _sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
@@ -116,6 +126,7 @@ class MediaFrames:
     def __init__(self, store: AttachmentStore) -> None:
         self.store = store
         self._pulls: dict[str, set[asyncio.Task[None]]] = {}
+        self._finishing: set[str] = set()  # upload ids being finished on this edge
 
     async def handle(self, conn: Connection, cmd: str, args: Json, request_id: Any) -> None:
         try:
@@ -187,7 +198,10 @@ class MediaFrames:
                     raise FrameRejected(
                         "bad_request", "upload_id belongs to a different file", request_id
                     )
-                offset = await asyncio.to_thread(lambda: part.stat().st_size)
+                offset = await asyncio.to_thread(_stored_bytes, part, meta)
+                if offset >= size:  # all bytes are in, but finishing them failed: again
+                    await self._finish(conn, meta, part, meta_path, done_path, request_id)
+                    return
                 self._ready(conn, upload_id, offset, request_id)
                 return
         lane = {"chat_id": args["chat_id"], "thread_id": args.get("thread_id")}
@@ -253,6 +267,9 @@ class MediaFrames:
             ) from None
         except _OffsetMismatch as mismatch:
             if offset < mismatch.current:
+                if mismatch.current >= size:  # the last chunk again: its finish failed
+                    await self._finish(conn, meta, part, meta_path, done_path, request_id)
+                    return
                 # A chunk sent again after a lost ack: already stored.
                 self._ack(conn, upload_id, mismatch.current, request_id)
                 return
@@ -266,6 +283,9 @@ class MediaFrames:
                 "bad_request", "the chunk goes past the declared size", request_id
             ) from None
         except FileNotFoundError:
+            if meta.get("attachment_id"):  # moved into place by a finish that then failed
+                await self._finish(conn, meta, part, meta_path, done_path, request_id)
+                return
             raise FrameRejected("not_found", "unknown or expired upload_id", request_id) from None
         if end < size:
             self._ack(conn, upload_id, end, request_id)
@@ -286,33 +306,68 @@ class MediaFrames:
         done_path: Path,
         request_id: Any,
     ) -> None:
-        root = self.store.require_root()
-        actual = await asyncio.to_thread(_sha256_of, part)
-        if actual != meta["sha256"]:
-            await asyncio.to_thread(_unlink, part, meta_path)
+        """Check, move into place and register a complete upload. Retryable: until the
+        plugin has answered, the meta (with the attachment id it chose) and the file stay,
+        and a resumed start or the last chunk sent again finishes it."""
+        upload_id = str(meta["upload_id"])
+        if upload_id in self._finishing:
             raise FrameRejected(
-                "checksum_mismatch",
-                "the uploaded bytes do not match sha256; start the upload again",
-                request_id,
+                "unavailable", "this upload is being finished; retry shortly", request_id
             )
-        attachment_id = new_id()
-        final = spec.attachment_path(root, conn.tenant, attachment_id)
-        await asyncio.to_thread(os.replace, part, final)
-        stored = Stored(attachment_id, final, int(meta["size"]), actual)
+        self._finishing.add(upload_id)
+        try:
+            done = await self._finish_once(conn, meta, part, meta_path, request_id)
+        finally:
+            self._finishing.discard(upload_id)
+        await asyncio.to_thread(_write_json, done_path, done)
+        await asyncio.to_thread(_unlink, meta_path)
+        self._uploaded(conn, done, request_id)
+
+    async def _finish_once(
+        self, conn: Connection, meta: Json, part: Path, meta_path: Path, request_id: Any
+    ) -> Json:
+        root = self.store.require_root()
+        chosen = meta.get("attachment_id")
+        attachment_id = chosen if isinstance(chosen, str) and spec.valid_id(chosen) else None
+        if await asyncio.to_thread(part.is_file):
+            actual = await asyncio.to_thread(_sha256_of, part)
+            if actual != meta["sha256"]:
+                await asyncio.to_thread(_unlink, part, meta_path)
+                raise FrameRejected(
+                    "checksum_mismatch",
+                    "the uploaded bytes do not match sha256; start the upload again",
+                    request_id,
+                )
+            if attachment_id is None:
+                # Noted before the move, so a retry finds the file where it went.
+                attachment_id = new_id()
+                meta = {**meta, "attachment_id": attachment_id}
+                await asyncio.to_thread(_write_json, meta_path, meta)
+            final = spec.attachment_path(root, conn.tenant, attachment_id)
+            await asyncio.to_thread(os.replace, part, final)
+        else:  # moved by an earlier finish, unless it expired meanwhile
+            if attachment_id is None:
+                raise FrameRejected("not_found", "unknown or expired upload_id", request_id)
+            final = spec.attachment_path(root, conn.tenant, attachment_id)
+            if not await asyncio.to_thread(final.is_file):
+                raise FrameRejected("not_found", "unknown or expired upload_id", request_id)
+        stored = Stored(attachment_id, final, int(meta["size"]), str(meta["sha256"]))
         filename = str(meta.get("filename") or "file")
         mime = spec.guess_mime(filename, meta.get("mime"))
         lane = {"chat_id": meta["chat_id"], "thread_id": meta.get("thread_id")}
         try:
-            attachment = await self.store.register(conn.tenant, stored, lane, filename, mime)
-        finally:
-            await asyncio.to_thread(_unlink, meta_path)
-        done = {
+            attachment = await self.store.register(
+                conn.tenant, stored, lane, filename, mime, keep_unanswered=True
+            )
+        except Refused as refused:
+            if refused.status != 503:  # refused for good: the file is gone, so is the upload
+                await asyncio.to_thread(_unlink, meta_path)
+            raise
+        return {
             "upload_id": meta["upload_id"],
             "media_ref": attachment_id,
             "attachment": attachment,
         }
-        await asyncio.to_thread(_write_json, done_path, done)
-        self._uploaded(conn, done, request_id)
 
     # -- pulls
     async def _pull(self, conn: Connection, args: Json, request_id: Any) -> None:

@@ -182,13 +182,21 @@ async def cmd_check(controller: Controller, command: Json, args: Json) -> None:
 
 async def cmd_register(controller: Controller, command: Json, args: Json) -> None:
     entry = resolve_entry(controller, args)
+    attachment_id, sha256 = str(args.get("attachment_id")), str(args.get("sha256") or "")
+    known = controller.attachments.records([attachment_id])
+    if known and known[0].direction == "inbound" and known[0].sha256 == sha256:
+        # Registered before, and the reply was lost: an edge retrying an upload's finish.
+        await controller.reply(
+            command, {"type": "attachment.registered", "attachment": known[0].descriptor()}
+        )
+        return
     record = controller.attachments.register_inbound(
-        str(args.get("attachment_id")),
+        attachment_id,
         entry,
         filename=str(args.get("filename") or ""),
         mime_type=str(args.get("mime_type") or ""),
         size=int(args.get("size") or 0),
-        sha256=str(args.get("sha256") or ""),
+        sha256=sha256,
     )
     await controller.reply(
         command, {"type": "attachment.registered", "attachment": record.descriptor()}

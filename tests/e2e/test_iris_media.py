@@ -4,6 +4,7 @@ so an upload started on one edge resumes on the other."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -77,22 +78,24 @@ async def media_deployment(
     edge_factory: Callable[..., EdgeProcess],
     tmp_path: Path,
 ) -> AsyncIterator[Callable[..., Deployment]]:
-    """``make(**env)``: a gateway on Redis and two edges, one attachment volume for all."""
+    """``make(**env)``: a gateway on Redis and two edges, one attachment volume for all
+    (``redis``: a server of the test's own, to kill; else the session's)."""
     made: list[Deployment] = []
 
-    def make(**env: str) -> Deployment:
+    def make(redis: RedisServer | None = None, **env: str) -> Deployment:
+        bus_url = (redis or redis_server).url
         storage = tmp_path / f"attachments-{len(made)}"
         shared = {"ANDROID_ATTACHMENTS_DIR": str(storage), **env}
         token = secrets.token_urlsafe(24)
         home = hermes_home_factory()
         gateway = gateway_factory(
             home,
-            env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": redis_server.url, **shared},
+            env={"ANDROID_TOKEN": token, "ANDROID_BUS_URL": bus_url, **shared},
             wait=False,
         )
         edges = [
             edge_factory(
-                env={"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1", **shared},
+                env={"ANDROID_BUS_URL": bus_url, "ANDROID_WS_HOST": "127.0.0.1", **shared},
                 port_env="ANDROID_WS_PORT",
             )
             for _ in range(2)
@@ -204,6 +207,43 @@ async def test_an_upload_resumes_on_another_edge_then_is_sent_offered_and_pulled
     frames = second.binary
     assert PULL_HEADER.unpack_from(frames[0])[1] == 1_000_000
     assert b"".join(f[PULL_HEADER.size :] for f in frames) == data[1_000_000:]
+
+
+async def test_an_upload_whose_registration_failed_is_finished_by_a_retry(
+    media_deployment: Callable[..., Deployment], redis_factory: Callable[..., RedisServer]
+) -> None:
+    redis = redis_factory()
+    deployment = media_deployment(redis=redis)
+    data = os.urandom(CHUNK_MAX_BYTES + 4321)
+    start = {
+        "type": "media.upload.start",
+        "chat_id": CHAT,
+        "filename": "photo.jpg",
+        "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    phone = await connect(deployment, 0, "phone-r")
+    upload_id = (await phone.request(dict(start)))["upload_id"]
+    await phone.request(chunk(upload_id, 0, data[:CHUNK_MAX_BYTES]))
+    last = chunk(upload_id, CHUNK_MAX_BYTES, data[CHUNK_MAX_BYTES:])
+    redis.kill9()  # every byte arrives, but the plugin cannot be asked to register them
+    failed = await phone.request(dict(last))
+    assert failed["type"] == "error" and failed["error"]["code"] == "unavailable", failed
+    again = await phone.request(dict(last))  # the last chunk again, still no bus
+    assert again["type"] == "error" and again["error"]["code"] == "unavailable", again
+    redis.restart()
+    for _ in range(100):  # until the edge's bus connection is back
+        resumed = await phone.request({**start, "upload_id": upload_id})
+        if resumed["type"] != "error":
+            break
+        await asyncio.sleep(0.1)
+    assert resumed["type"] == "media.uploaded" and resumed["upload_id"] == upload_id, resumed
+    repeat = await phone.request(dict(last))
+    assert repeat["type"] == "media.uploaded" and repeat["media_ref"] == resumed["media_ref"]
+    ack = await iris_send(phone, CHAT, "the photo", media_refs=[resumed["media_ref"]])
+    assert ack["type"] == "message.ack", ack
+    storage = Path(deployment.gateway.env()["ANDROID_ATTACHMENTS_DIR"])
+    assert [n for n in stored_files(storage) if n.endswith((".part", ".json"))] == []
 
 
 async def test_bad_uploads_are_refused_with_clear_codes(
