@@ -23,6 +23,10 @@ Json = dict[str, Any]
 KINDS = {"image": "image", "voice": "audio", "audio": "audio", "video": "video"}
 
 
+# Failure codes that describe the file, whose reason a device may read.
+_ABOUT_THE_FILE = frozenset({"corrupt", "too_large", "unsupported"})
+
+
 def job_for(record: Attachment, storage_root: Any, tenant_dir: Any) -> Json | None:
     kind = KINDS.get(record.kind)
     if kind is None:
@@ -52,12 +56,12 @@ def outcome_event(record: Attachment, result: Json | None) -> Json:
     if result.get("outcome") == "done":
         variants = sorted(str(name) for name in (result.get("outputs") or {}))
         return {**base, "type": "media.ready", "kind": result.get("kind"), "variants": variants}
-    return {
-        **base,
-        "type": "media.failed",
-        "code": str(result.get("code") or "failed"),
-        "message": str(result.get("reason") or "the file could not be processed"),
-    }
+    code = str(result.get("code") or "failed")
+    if code in _ABOUT_THE_FILE:
+        message = str(result.get("reason") or "the file could not be processed")
+    else:  # the worker's own set-up (paths, payload): its words name server paths
+        message = "the media worker could not process this file; see the worker's log"
+    return {**base, "type": "media.failed", "code": code, "message": message}
 
 
 def start_transcode(controller: Controller, record: Attachment) -> None:
