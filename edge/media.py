@@ -427,6 +427,13 @@ class MediaFrames:
                 conn.send_binary(spec.PULL_HEADER.pack(key, position) + data)
                 position += len(data)
                 await conn.wait_queued_below(PULL_QUEUE_FRAMES)
+        except OSError as exc:  # the device would wait for media.pulled forever
+            log.error("media pull failed reading storage: %s", type(exc).__name__)
+            frame = conn.dialect.error_frame(
+                "unavailable", "media storage failed; pull again from the last offset", request_id
+            )
+            conn.send_frame(encode(frame))
+            return
         finally:
             await asyncio.to_thread(handle.close)
         if conn.closed:

@@ -21,6 +21,7 @@ from canonical.protocol import (
     HELLO_TIMEOUT_S,
     LOCKOUT_FAILURES,
     LOCKOUT_WINDOW_S,
+    MAX_CURSOR,
     MAX_FRAME_BYTES,
     new_id,
     now_iso,
@@ -81,6 +82,32 @@ async def _receive_frame(ws: WebSocket) -> str | None:
     ):
         return "\x00too_large"
     return text
+
+
+REQUEST_ID_RULE = "request_id must be a string of at most 256 characters"
+
+
+def valid_request_id(value: Any) -> bool:
+    """Absent, a string of at most 256 characters, or an integer (not true/false, NaN, a
+    list...): it is echoed in replies, and iris user message ids are made of it."""
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return len(value) <= 256
+    return type(value) is int and -MAX_CURSOR <= value <= MAX_CURSOR
+
+
+def _iris_hello_problem(hello: Json) -> str | None:
+    name, caps, fcm_token = hello.get("device_name"), hello.get("caps"), hello.get("fcm_token")
+    if name is not None and not isinstance(name, str):
+        return "device_name must be a string"
+    if caps is not None and not (
+        isinstance(caps, list) and len(caps) <= 64 and all(isinstance(c, str) for c in caps)
+    ):
+        return "caps must be a list of strings"
+    if fcm_token is not None and not (isinstance(fcm_token, str) and len(fcm_token) <= 4096):
+        return "fcm_token must be a string"
+    return None
 
 
 def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
@@ -203,10 +230,12 @@ class DeviceSession:
                 request_id,
             )
         assert dialect is not None
+        if not valid_request_id(request_id):  # echoed in the reply: it must be sane JSON
+            raise _Refused(dialect, "bad_request", REQUEST_ID_RULE, CLOSE_UNAUTHORIZED)
         token = hello.get("secret") if dialect == "pheby" else hello.get("token")
         if dialect == "pheby":
             version = hello.get("protocol_version")
-            if version != PROTOCOL_VERSION:
+            if type(version) is not int or version != PROTOCOL_VERSION:  # not true, not 1.0
                 await self._fail_hello(
                     dialect,
                     "version_mismatch",
@@ -216,7 +245,7 @@ class DeviceSession:
                 )
         else:
             version = hello.get("version", IRIS_VERSION)
-            if version != IRIS_VERSION:
+            if type(version) is not int or version != IRIS_VERSION:
                 await self._fail_hello(
                     dialect,
                     "version_mismatch",
@@ -239,6 +268,9 @@ class DeviceSession:
             raise _Refused(
                 dialect, "bad_request", "device_id is required", CLOSE_UNAUTHORIZED, request_id
             )
+        problem = _iris_hello_problem(hello) if dialect == "iris" else None
+        if problem is not None:  # said, not silently coerced or dropped
+            raise _Refused(dialect, "bad_request", problem, CLOSE_UNAUTHORIZED, request_id)
         conn_id = new_id(8)
         conn = Connection(
             conn_id,
@@ -283,12 +315,10 @@ class DeviceSession:
                 conn,
                 "hello",
                 {
-                    "device_name": str(hello.get("device_name") or "")[:128],
-                    "caps": hello.get("caps") if isinstance(hello.get("caps"), list) else [],
+                    "device_name": (hello.get("device_name") or "")[:128],
+                    "caps": hello.get("caps") or [],
                     "cursor": cursor,
-                    "fcm_token": hello.get("fcm_token")
-                    if isinstance(hello.get("fcm_token"), str)
-                    else None,
+                    "fcm_token": hello.get("fcm_token"),
                     "request_id": request_id,
                 },
                 request_id,
@@ -341,8 +371,9 @@ class DeviceSession:
                 if not isinstance(frame, dict):
                     raise FrameRejected("invalid_json", "frame must be a JSON object")
                 request_id = frame.get("request_id")
-                if request_id is not None and not isinstance(request_id, (str, int)):
-                    raise FrameRejected("bad_request", "request_id must be a string")
+                if not valid_request_id(request_id):
+                    request_id = None  # not echoed: it is what is wrong
+                    raise FrameRejected("bad_request", REQUEST_ID_RULE)
                 if has_lone_surrogate(raw, frame):
                     # UTF-8 cannot carry it: the plugin could store or echo none of it.
                     raise FrameRejected("invalid_json", LONE_SURROGATE)

@@ -206,3 +206,30 @@ async def test_a_device_ahead_of_the_head_starts_from_the_head_and_gets_new_even
     assert (await iris_send(client, "android:default", "still there?"))["type"] == "message.ack"
     echo = await client.wait_for(lambda f: f.get("type") == "message" and f.get("role") == "user")
     assert echo["text"] == "still there?" and echo["cursor"] < 10**15
+
+
+async def test_hello_fields_of_the_wrong_type_are_refused_not_coerced(
+    deployment: Deployment,
+) -> None:
+    pheby = {"type": "hello", "secret": deployment.token, "protocol_version": 1}
+    iris = {"type": "hello", "token": deployment.token, "device_id": "p7", "version": 1}
+    for hello, code in (
+        ({**pheby, "protocol_version": True}, "version_mismatch"),  # true == 1 in Python
+        ({**pheby, "protocol_version": 1.0}, "version_mismatch"),
+        ({**iris, "version": True}, "version_mismatch"),
+        ({**pheby, "request_id": float("nan")}, "bad_request"),  # echoed, it is not JSON
+        ({**pheby, "request_id": "r" * 257}, "bad_request"),
+        ({**iris, "caps": "streaming"}, "bad_request"),
+        ({**iris, "caps": [1, 2]}, "bad_request"),
+        ({**iris, "device_name": 42}, "bad_request"),
+        ({**iris, "fcm_token": ["t"]}, "bad_request"),
+    ):
+        client = await deployment.client()
+        await client.send(hello)
+        assert (await client.wait_type("error"))["error"]["code"] == code, hello
+        assert await client.wait_closed() in (CLOSE_UNAUTHORIZED, CLOSE_VERSION_MISMATCH)
+    client = await deployment.pheby()
+    long_id = "r" * 257
+    await client.send({"type": "ping", "request_id": long_id})
+    refused = await client.wait_type("error")
+    assert refused["error"]["code"] == "bad_request" and refused.get("request_id") is None
