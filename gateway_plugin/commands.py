@@ -7,7 +7,7 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from canonical.protocol import REPLAY, error_body, now_iso
+from canonical.protocol import REPLAY, error_body, new_id, now_iso
 
 from . import admin, hellos
 from .attachment_flow import (
@@ -238,7 +238,14 @@ class CommandHandler:
         args = command.get("args") or {}
         # pheby chat.send attachment_ids, iris message.send media_refs: the same uploads.
         attachment_ids = list(args.get("attachment_ids") or args.get("media_refs") or [])
-        user_message_id = f"u-{client_id or command.get('request_id') or now_iso()}"
+        # Unique per send, the same for its retries: iris names it by its client_id; pheby
+        # request ids repeat ("r1" in every session), so by the send's idempotency key.
+        if client_id is not None:
+            user_message_id = f"u-{client_id}"
+        elif key is not None:
+            user_message_id = f"u-{key.rpartition(':')[2][:32]}"
+        else:
+            user_message_id = f"u-{new_id()}"
         if key is not None:
             seen = self.c.outbox.idem_get(key)
             if seen is not None:

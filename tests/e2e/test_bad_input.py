@@ -233,3 +233,24 @@ async def test_hello_fields_of_the_wrong_type_are_refused_not_coerced(
     await client.send({"type": "ping", "request_id": long_id})
     refused = await client.wait_type("error")
     assert refused["error"]["code"] == "bad_request" and refused.get("request_id") is None
+
+
+async def test_a_reused_pheby_request_id_still_gives_each_send_its_own_user_message(
+    deployment: Deployment,
+) -> None:
+    phone = await deployment.pheby()
+    tablet = await deployment.iris("p8")
+    conversation_id = await default_conversation(phone)
+    for text in ("first", "second"):  # "r1" in every session of a pheby client
+        start = len(phone.frames)
+        send = {"type": "chat.send", "conversation_id": conversation_id, "request_id": "r1"}
+        await phone.send({**send, "text": text})
+        accepted = await phone.wait_type("run.accepted", start=start)
+        await phone.wait_type("run.finished", timeout=90, start=start, run_id=accepted["run_id"])
+
+    def echoes() -> list[dict[str, object]]:
+        return [f for f in tablet.frames if f.get("type") == "message" and f.get("role") == "user"]
+
+    await tablet.wait_for(lambda _: len(echoes()) >= 2)
+    assert [e["text"] for e in echoes()] == ["first", "second"]
+    assert len({e["message_id"] for e in echoes()}) == 2, echoes()
