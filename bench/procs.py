@@ -87,9 +87,12 @@ class Edge:
             "ANDROID_WS_PORT": str(self.port),
             **(extra_env or {}),
         }
-        self.proc = spawn(
-            f"edge-{self.port}", [PYTHON, "-m", "edge"], cpu=CPU_SERVER, env=env, cwd=CODE
-        )
+        # BENCH_CPROFILE_DIR: the edge under cProfile (bench/cprofile_edge.py).
+        argv = [PYTHON, "-m", "edge"]
+        if os.environ.get("BENCH_CPROFILE_DIR"):
+            argv = [PYTHON, str(REPO / "bench" / "cprofile_edge.py")]
+            env["BENCH_CPROFILE_DIR"] = os.environ["BENCH_CPROFILE_DIR"]
+        self.proc = spawn(f"edge-{self.port}", argv, cpu=CPU_SERVER, env=env, cwd=CODE)
 
     def wait(self, timeout: float = 30.0) -> Edge:
         self.proc.wait_until(

@@ -1,0 +1,56 @@
+"""`python bench/cprofile_edge.py`: `python -m edge` under cProfile, for exact call counts.
+
+py-spy samples (cheap, but a few hundred samples say little about a 2 % piece); cProfile
+counts every call and its own time, at the price of slowing Python code (per-call
+overhead: compare shares, not absolute figures). The profile is dumped every 2 s to
+``$BENCH_CPROFILE_DIR/edge-<pid>-<n>.prof`` (cumulative), so the dump right after a
+connection storm shows the storm alone; nothing waits for the edge to exit. Used by
+`bench/procs.py` when ``BENCH_CPROFILE_DIR`` is set.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+DUMP_EVERY_S = 2.0
+
+
+def main() -> int:
+    out = Path(os.environ["BENCH_CPROFILE_DIR"])
+    out.mkdir(parents=True, exist_ok=True)
+    profile = cProfile.Profile()
+    dumps = 0
+
+    def dump(signum: int, frame: FrameType | None) -> None:
+        # Runs on the main thread (the event loop's) between bytecodes: safe to pause.
+        nonlocal dumps
+        profile.disable()
+        dumps += 1
+        profile.dump_stats(out / f"edge-{os.getpid()}-{dumps:03d}.prof")
+        profile.enable()
+
+    signal.signal(signal.SIGUSR2, dump)
+
+    def ticker() -> None:
+        while True:
+            time.sleep(DUMP_EVERY_S)
+            os.kill(os.getpid(), signal.SIGUSR2)
+
+    threading.Thread(target=ticker, name="cprofile-dump", daemon=True).start()
+    sys.argv = ["edge"]
+    sys.path.insert(0, os.getcwd())  # the code under test (BENCH_CODE_ROOT), as -m would
+    from edge.__main__ import main as edge_main
+
+    profile.enable()
+    return edge_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
