@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import pytest
+from tests.gateway_plugin.test_hellos import _Rig, make_rig, rig
 
-from tests.gateway_plugin.test_hellos import _Rig, make_rig
-
-__all__ = ["make_rig"]  # the rig fixture, shared with the hellos' tests
+__all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
 Json = dict[str, Any]
-
-
-@pytest.fixture
-async def rig(make_rig: Callable[..., Any]) -> AsyncIterator[_Rig]:
-    made: _Rig = await make_rig()
-    try:
-        yield made
-    finally:
-        await made.controller.stop()
 
 
 def _register(attachment_id: str, sha256: str, size: int, conn: str) -> Json:
