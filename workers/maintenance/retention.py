@@ -1,5 +1,11 @@
 """Retention: delete media files older than ``HDG_MEDIA_RETENTION_DAYS`` (default 7).
 
+The media root is the gateway's attachment storage (``<tenant>/<attachment_id>``, with
+the previews of each in ``<tenant>/derived/<attachment_id>/``). A registered attachment
+is never swept here: the plugin's registry expires it (``ANDROID_ATTACHMENT_RETENTION_DAYS``,
+which may be longer, or forever), and its previews stay while it does. What is swept is
+everything else: previews of attachments that are gone, and what jobs left behind.
+
 Safe next to live traffic: only entries whose own mtime is older than the cutoff are
 touched, symlinks are never followed (a link is removed as a link), files that vanish
 mid-sweep are ignored, and a directory is removed only when empty *and* old, so a
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -58,7 +65,24 @@ def sweep_files(root: Path, cutoff: float) -> SweepReport:
     return report
 
 
-def _sweep_dir(path: str, cutoff: float, report: SweepReport) -> None:
+_ATTACHMENT_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _registered(path: str, name: str, depth: int) -> bool:
+    """Whether the entry ``name`` of the directory ``path`` (whose entries are ``depth``
+    levels below the root) is a registered attachment or the previews of one that exists."""
+    if not _ATTACHMENT_ID.fullmatch(name):
+        return False
+    if depth == 2:  # <root>/<tenant>/<attachment_id>
+        return True
+    return (  # <root>/<tenant>/derived/<attachment_id>/ while the attachment exists
+        depth == 3
+        and os.path.basename(path) == "derived"
+        and os.path.lexists(os.path.join(os.path.dirname(path), name))
+    )
+
+
+def _sweep_dir(path: str, cutoff: float, report: SweepReport, depth: int = 1) -> None:
     try:
         entries = list(os.scandir(path))
     except FileNotFoundError:
@@ -67,12 +91,14 @@ def _sweep_dir(path: str, cutoff: float, report: SweepReport) -> None:
         report.errors.append(f"{path}: {exc.strerror}")
         return
     for entry in entries:
+        if _registered(path, entry.name, depth):
+            continue
         try:
             info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
             continue
         if stat.S_ISDIR(info.st_mode):
-            _sweep_dir(entry.path, cutoff, report)
+            _sweep_dir(entry.path, cutoff, report, depth + 1)
             if info.st_mtime < cutoff:
                 _remove_empty_dir(entry.path, report)
         elif info.st_mtime < cutoff:

@@ -140,3 +140,19 @@ async def test_without_a_media_root_only_the_extra_tasks_run(
 ) -> None:
     result = await retention_sweep(job_ctx(make_resources()))
     assert result == {"media_root": None, "extra_tasks": {}}
+
+
+def test_registered_attachments_and_their_previews_are_left_to_the_registry(
+    tmp_path: Path,
+) -> None:
+    # The plugin expires attachments on its own schedule (maybe longer, maybe never).
+    kept, gone = "a" * 32, "b" * 32
+    attachment = make_file(tmp_path / "t1" / kept, age_days=30)
+    preview = make_file(tmp_path / "t1" / "derived" / kept / "poster.webp", age_days=30)
+    orphan = make_file(tmp_path / "t1" / "derived" / gone / "poster.webp", age_days=30)
+    leftover = make_file(tmp_path / "t1" / "uploads" / f"{gone}.part", age_days=30)
+    at_the_root = make_file(tmp_path / kept, age_days=30)  # not a tenant's attachment
+    report = sweep_files(tmp_path, time.time() - 7 * DAY)
+    assert attachment.exists() and preview.exists()
+    assert not orphan.exists() and not leftover.exists() and not at_the_root.exists()
+    assert report.files_deleted == 3
