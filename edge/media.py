@@ -198,6 +198,13 @@ class MediaFrames:
                     raise FrameRejected(
                         "bad_request", "upload_id belongs to a different file", request_id
                     )
+                if (meta.get("chat_id"), meta.get("thread_id")) != (
+                    args["chat_id"],
+                    args.get("thread_id"),
+                ):  # it would be registered where it was started, not where it is asked
+                    raise FrameRejected(
+                        "bad_request", "upload_id belongs to another conversation", request_id
+                    )
                 offset = await asyncio.to_thread(_stored_bytes, part, meta)
                 if offset >= size:  # all bytes are in, but finishing them failed: again
                     await self._finish(conn, meta, part, meta_path, done_path, request_id)

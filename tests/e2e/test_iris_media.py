@@ -276,6 +276,11 @@ async def test_bad_uploads_are_refused_with_clear_codes(
     live = await client.request({**start, "sha256": hashlib.sha256(data).hexdigest()})
     oversize = await client.request(chunk(live["upload_id"], 0, b"\0" * (CHUNK_MAX_BYTES + 1)))
     assert oversize["type"] == "error" and oversize["error"]["code"] == "bad_request"
+    elsewhere = await client.request(
+        {**start, "sha256": hashlib.sha256(data).hexdigest(), "upload_id": live["upload_id"],
+         "thread_id": "t_1"}
+    )  # fmt: skip
+    assert elsewhere["type"] == "error" and "another conversation" in elsewhere["error"]["message"]
     bad_hash = await client.request({**start, "sha256": "xyz"})
     assert bad_hash["type"] == "error" and bad_hash["error"]["code"] == "bad_request"
     unknown = await client.request({"type": "media.pull", "media_id": uuid.uuid4().hex})
