@@ -52,11 +52,17 @@ def make_video_preview(src: Path, out_dir: Path, limits: MediaLimits) -> dict[st
             raise MediaError("too_large", f"{width}x{height} video frames exceed the pixel cap")
         stream.thread_type = "AUTO"
         out_w, out_h = preview_size(width, height, limits.preview_short_side)
-        with (
-            atomic_output(preview_path) as tmp,
-            av.open(str(tmp), mode="w", format="mp4", options={"movflags": "+faststart"}) as oc,
-        ):
-            result = _encode(inp.decode(stream), oc, out_w, out_h, limits, poster_path)
+        try:
+            with (
+                atomic_output(preview_path) as tmp,
+                av.open(str(tmp), mode="w", format="mp4", options={"movflags": "+faststart"}) as oc,
+            ):
+                result = _encode(inp.decode(stream), oc, out_w, out_h, limits, poster_path)
+        except BaseException:
+            # The poster is written from the first frame: a job that fails after it leaves
+            # no half of its output behind (the preview's temporary file goes by itself).
+            poster_path.unlink(missing_ok=True)
+            raise
         source_duration = round(inp.duration / av.time_base, 3) if inp.duration else None
     return {
         **result,

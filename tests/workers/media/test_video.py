@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import pytest
@@ -11,6 +12,7 @@ from PIL import Image
 
 from tests.workers.media import samples
 from workers.errors import MediaError
+from workers.media import video
 from workers.media.limits import MediaLimits
 from workers.media.video import make_video_preview, preview_size
 
@@ -77,6 +79,21 @@ def test_a_truncated_mp4_is_corrupt(video_1080p: Path, tmp_path: Path) -> None:
             samples.truncated(video_1080p, tmp_path / "cut.mp4", 0.3), tmp_path / "out", LIMITS
         )
     assert raised.value.code == "corrupt"
+
+
+def test_a_job_failing_after_its_poster_leaves_no_poster_behind(
+    video_1080p: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = video._write_poster
+
+    def poster_then_fail(*args: Any) -> None:  # a decoder error right after the first frame
+        real(*args)
+        raise MediaError("corrupt", "video decoding failed: invalid data")
+
+    monkeypatch.setattr(video, "_write_poster", poster_then_fail)
+    with pytest.raises(MediaError):
+        make_video_preview(video_1080p, tmp_path / "out", LIMITS)
+    assert list((tmp_path / "out").iterdir()) == []
 
 
 def test_an_audio_file_is_not_a_video(sine_60s: Path, tmp_path: Path) -> None:
