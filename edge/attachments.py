@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -78,6 +79,11 @@ class Stored:
     sha256: str
 
 
+# Bodies one tenant may stream into this edge at once (HTTP): a token holder cannot tie up
+# the edge's connections, memory and disk with many slow uploads.
+MAX_UPLOADS_AT_ONCE = 4
+
+
 class AttachmentStore:
     """The edge's side of attachment storage: it writes files and asks the plugin."""
 
@@ -85,6 +91,26 @@ class AttachmentStore:
         self.hub = hub
         self.root = root
         self.max_bytes = max_bytes
+        self._receiving: dict[str, int] = {}  # tenant -> HTTP bodies being received
+
+    def check_room(self, tenant: str) -> None:
+        """Refused (429) while ``tenant`` has as many HTTP uploads in flight as allowed."""
+        if self._receiving.get(tenant, 0) >= MAX_UPLOADS_AT_ONCE:
+            raise Refused(
+                429, "rate_limited", f"at most {MAX_UPLOADS_AT_ONCE} uploads at once; retry"
+            )
+
+    @contextlib.contextmanager
+    def receiving(self, tenant: str) -> Iterator[None]:
+        """One HTTP upload of ``tenant`` in flight; Refused (429) beyond the limit."""
+        self.check_room(tenant)
+        self._receiving[tenant] = self._receiving.get(tenant, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._receiving.pop(tenant) - 1
+            if left:
+                self._receiving[tenant] = left
 
     @property
     def configured(self) -> bool:
@@ -279,6 +305,7 @@ def routes(store: AttachmentStore) -> list[Route]:
     async def upload(request: Request) -> Response:
         try:
             tenant = await authenticate(request, bus)
+            store.check_room(tenant)  # before anything else is looked at
             root = store.require_root()
             conversation_id = request.query_params.get("conversation_id") or ""
             if not conversation_id.strip():
@@ -298,9 +325,10 @@ def routes(store: AttachmentStore) -> list[Route]:
                 raise Refused(400, "bad_request", "the request body is empty")
             where = {"conversation_id": conversation_id}
             await store.check(tenant, where)
-            stored = await _receive(request, root, tenant, store.max_bytes)
-            mime = spec.guess_mime(filename, request.headers.get("content-type"))
-            attachment = await store.register(tenant, stored, where, filename, mime)
+            with store.receiving(tenant):
+                stored = await _receive(request, root, tenant, store.max_bytes)
+                mime = spec.guess_mime(filename, request.headers.get("content-type"))
+                attachment = await store.register(tenant, stored, where, filename, mime)
         except Refused as refused:
             return _refusal(refused)
         return JSONResponse({"attachment": attachment}, 201)

@@ -38,6 +38,8 @@ log = logging.getLogger("hdg.edge.media")
 Json = dict[str, Any]
 PULL_QUEUE_FRAMES = 4  # binary frames queued ahead of the writer per pull
 MAX_PULLS_PER_CONNECTION = 4
+# Started, unfinished uploads per tenant (each holds files until it expires after a day).
+MAX_UNFINISHED_UPLOADS = 64
 HASH_BLOCK = 1024 * 1024
 _IRIS_CODES = {"conversation_not_found": "not_found"}
 
@@ -86,6 +88,14 @@ def _unlink(*paths: Path) -> None:
     for path in paths:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+def _unfinished(directory: Path) -> int:
+    """Uploads started and neither finished nor expired (their meta files)."""
+    try:
+        return sum(1 for name in os.listdir(directory) if name.endswith(".json"))
+    except FileNotFoundError:
+        return 0
 
 
 def _stored_bytes(part: Path, meta: Json) -> int:
@@ -213,6 +223,14 @@ class MediaFrames:
                 return
         lane = {"chat_id": args["chat_id"], "thread_id": args.get("thread_id")}
         await self.store.check(conn.tenant, lane)
+        directory = spec.uploads_dir(self.store.require_root(), conn.tenant)
+        if await asyncio.to_thread(_unfinished, directory) >= MAX_UNFINISHED_UPLOADS:
+            raise FrameRejected(
+                "rate_limited",
+                f"{MAX_UNFINISHED_UPLOADS} uploads are unfinished: finish one, or wait a day "
+                "for the oldest to expire",
+                request_id,
+            )
         upload_id = new_id()
         part, meta_path, _ = self._paths(conn.tenant, upload_id)
         meta = {

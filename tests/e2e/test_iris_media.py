@@ -21,6 +21,7 @@ import websockets
 
 from canonical.attachments import CHUNK_MAX_BYTES, PULL_HEADER
 from canonical.client import DeviceClient
+from edge.media import MAX_UNFINISHED_UPLOADS
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import frames_of_run, iris_send
@@ -281,6 +282,14 @@ async def test_bad_uploads_are_refused_with_clear_codes(
          "thread_id": "t_1"}
     )  # fmt: skip
     assert elsewhere["type"] == "error" and "another conversation" in elsewhere["error"]["message"]
+    started = [  # the live one above, then as many as a tenant may leave unfinished
+        await client.request({**start, "sha256": hashlib.sha256(data).hexdigest()})
+        for _ in range(MAX_UNFINISHED_UPLOADS)
+    ]
+    assert [r["type"] for r in started[:-1]] == ["media.upload.ready"] * (
+        MAX_UNFINISHED_UPLOADS - 1
+    )
+    assert started[-1]["type"] == "error" and started[-1]["error"]["code"] == "rate_limited"
     bad_hash = await client.request({**start, "sha256": "xyz"})
     assert bad_hash["type"] == "error" and bad_hash["error"]["code"] == "bad_request"
     unknown = await client.request({"type": "media.pull", "media_id": uuid.uuid4().hex})

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 
 from canonical.client import DeviceClient
+from edge.attachments import MAX_UPLOADS_AT_ONCE
 from tests.e2e import conftest as e2e
 from tests.e2e import test_attachments as flows
 from tests.e2e.conftest import Deployment
@@ -62,8 +63,35 @@ async def test_every_error_status_of_the_upload_and_download_endpoints(
 
     streamed = await upload(http, deployment, conversation_id, "big.bin", chunked())
     assert streamed.status_code == 413
+
     storage = deployment.home.path / "android" / "attachments"
     assert stored_files(storage) == [], "refused bodies are deleted"
+
+    # Uploads whose bodies are still coming (raw sockets: a declared length, part of it sent).
+    host, port = base_url(deployment).removeprefix("http://").split(":")
+    slow: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    for n in range(MAX_UPLOADS_AT_ONCE):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            f"POST /attachments?conversation_id={conversation_id}&filename=s{n}.bin HTTP/1.1\r\n"
+            f"Host: {host}\r\nAuthorization: Bearer {deployment.token}\r\n"
+            "Content-Length: 2048\r\n\r\n".encode()
+            + b"x" * 1024
+        )
+        await writer.drain()
+        slow.append((reader, writer))
+    for _ in range(200):  # until all of them are being received (an empty body takes no turn)
+        extra = await upload(http, deployment, conversation_id, "extra.bin", b"")
+        if extra.status_code == 429:
+            break
+        assert extra.status_code == 400  # "the request body is empty": there was room
+        await asyncio.sleep(0.05)
+    assert extra.status_code == 429 and extra.json()["error"]["code"] == "rate_limited"
+    for reader, writer in slow:  # the rest of each body: all stored
+        writer.write(b"y" * 1024)
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 201")
+        writer.close()
 
     exact = await upload(http, deployment, conversation_id, "max.bin", b"\2" * limit)
     assert exact.status_code == 201, exact.text
