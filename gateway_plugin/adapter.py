@@ -203,7 +203,11 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         lane = self._lane(chat_id, metadata)
         if lane is None:
             return SendResult(success=False, error=f"unknown android target {chat_id!r}")
-        message_id = self.controller.on_send(lane, content, metadata)
+        try:
+            message_id = self.controller.on_send(lane, content, metadata)
+        except ChannelError as exc:  # an archived or unknown lane: not delivered anywhere
+            log.error("android: delivery to %r refused: %s", chat_id, exc)
+            return SendResult(success=False, error=str(exc))
         return SendResult(success=True, message_id=message_id)
 
     async def edit_message(

@@ -446,20 +446,32 @@ class Controller:
             )
             self.emit(events)
             return str(events[0]["message_id"])
-        if run is None:
+        if run is None or (metadata or {}).get("job_id"):
+            # Cron output is its own run, even while a user's run is streaming in the lane.
             return self._unsolicited(lane, content, metadata)
         segment_id, events = self.turns.on_send(run, content)
         self.emit(events)
         return segment_id
 
     def _unsolicited(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
-        """Output nobody asked for right now (cron, background): a complete run of its own."""
+        """Output nobody asked for right now (cron, background): a complete run of its own.
+        ChannelError for a lane that is unknown or archived: never delivered into one."""
         is_cron = bool((metadata or {}).get("job_id"))
-        run, events = self.turns.accept(
-            lane, self.conversation_id(lane), implicit=True, kind="cron" if is_cron else "reply"
-        )
-        segment_id, deltas = self.turns.on_send(run, content)
-        finished = self.turns.finish(lane, "completed")
+        entry = self.lane_entry(lane)
+        if entry is None or entry.archived:
+            where = lane[0] if lane[1] is None else f"{lane[0]}:{lane[1]}"
+            raise ChannelError(f"{where} is {'archived' if entry else 'unknown'}")
+        # A user's run streaming in this lane is set aside meanwhile, not joined.
+        streaming = self.turns.runs.pop(lane, None)
+        try:
+            run, events = self.turns.accept(
+                lane, entry.conversation_id, implicit=True, kind="cron" if is_cron else "reply"
+            )
+            segment_id, deltas = self.turns.on_send(run, content)
+            finished = self.turns.finish(lane, "completed")
+        finally:
+            if streaming is not None:
+                self.turns.runs[lane] = streaming
         if is_cron:
             finished[0]["cron_job"] = parse_cron_header(content) or {
                 "id": str((metadata or {}).get("job_id")),
