@@ -83,14 +83,18 @@ class CommandHandler:
             raise CommandError("conversation_not_found", "Conversation not found")
         return entry
 
-    def _entry_for_lane(self, chat_id: str, thread_id: str | None) -> ChannelEntry:
+    def _entry_for_lane(
+        self, chat_id: str, thread_id: str | None, *, archived_ok: bool = False
+    ) -> ChannelEntry:
+        """The lane's entry; ``archived_ok`` for what an archived lane still allows
+        (reading its history, stopping a run still streaming there)."""
         entry = self.c.channels.get(chat_id, thread_id)
         if entry is None:
             raise CommandError(
                 "not_found",
                 f"unknown chat {chat_id}" + (f" thread {thread_id}" if thread_id else ""),
             )
-        if entry.archived:
+        if entry.archived and not archived_ok:
             raise CommandError("archived", "that channel is archived")
         return entry
 
@@ -389,7 +393,9 @@ class CommandHandler:
         if command.get("dialect") == "pheby":
             lane = lane_of(self._entry_for_conversation(str(args["conversation_id"])))
         else:
-            lane = lane_of(self._entry_for_lane(str(args["chat_id"]), args.get("thread_id")))
+            lane = lane_of(
+                self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"), archived_ok=True)
+            )
         run = self.c.turns.active(lane)
         wanted = args.get("run_id")
         if run is None or (wanted is not None and wanted != run.run_id):

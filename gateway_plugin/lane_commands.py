@@ -3,22 +3,34 @@ lanes. Dispatched by `CommandHandler`, whose lookup and broadcast helpers they s
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import MAX_HISTORY
 
 from .attachment_flow import display_messages
 from .channel_store import ChannelEntry
+from .errors import CommandError
 
 if TYPE_CHECKING:
     from .commands import CommandHandler
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
+HISTORY_ID = re.compile(r"m\d{1,18}")  # a transcript row (gateway_plugin.transcript)
 
 
 def strip_lane(event: Json) -> Json:
     return {k: v for k, v in event.items() if k not in ("lane", "cursor", "picker_id")}
+
+
+def _before(args: Json) -> str | None:
+    """The page's exclusive end: a transcript id. A live id (u-…, draft-…) is no place in
+    the transcript, and answering it with an empty page would look like history's start."""
+    before = args.get("before_message_id")
+    if before is not None and not HISTORY_ID.fullmatch(str(before)):
+        raise CommandError("bad_request", "before_message_id must be a history id (m…)")
+    return None if before is None else str(before)
 
 
 def lane_of(entry: ChannelEntry) -> Lane:
@@ -33,8 +45,10 @@ class LaneCommands:
     def _entry_for_conversation(self, conversation_id: str) -> ChannelEntry:
         return self.h._entry_for_conversation(conversation_id)
 
-    def _entry_for_lane(self, chat_id: str, thread_id: str | None) -> ChannelEntry:
-        return self.h._entry_for_lane(chat_id, thread_id)
+    def _entry_for_lane(
+        self, chat_id: str, thread_id: str | None, *, archived_ok: bool = False
+    ) -> ChannelEntry:
+        return self.h._entry_for_lane(chat_id, thread_id, archived_ok=archived_ok)
 
     def _broadcast_entry(self, kind: str, entry: ChannelEntry, **extra: Any) -> None:
         self.h._broadcast_entry(kind, entry, **extra)
@@ -113,9 +127,7 @@ class LaneCommands:
     async def cmd_conversation_open(self, command: Json, args: Json) -> None:
         entry = self._entry_for_conversation(str(args["conversation_id"]))
         limit = min(int(args.get("limit") or 200), MAX_HISTORY)
-        messages, has_more = self.c.transcript.messages(
-            lane_of(entry), limit, args.get("before_message_id")
-        )
+        messages, has_more = self.c.transcript.messages(lane_of(entry), limit, _before(args))
         # Users' own texts (Hermes stores the turn with inlined files) and the attachments
         # anchored to the transcript's message ids where the page shows the turn.
         messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
@@ -151,9 +163,10 @@ class LaneCommands:
 
     # -- iris history and channels
     async def cmd_history(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
+        # Archived lanes are read-only, not unreadable: search finds them, so does history.
+        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"), archived_ok=True)
         messages, has_more = self.c.transcript.messages(
-            lane_of(entry), int(args.get("limit") or 100), args.get("before_message_id")
+            lane_of(entry), int(args.get("limit") or 100), _before(args)
         )
         # The user's own words, not the inlined attachment text Hermes ran.
         messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
@@ -213,9 +226,26 @@ class LaneCommands:
         self._broadcast_entry("channel.renamed", entry)
 
     async def cmd_channel_delete(self, command: Json, args: Json) -> None:
+        live_threads = (
+            []
+            if args.get("thread_id")
+            else [
+                e
+                for e in self.c.channels.list(include_archived=False)
+                if e.chat_id == str(args["chat_id"]) and e.thread_id is not None
+            ]
+        )
         entry = self.c.channels.delete(str(args["chat_id"]), args.get("thread_id"))
         await self._result(command, entry)
         self._broadcast_entry("channel.deleted", entry)
+        for thread in live_threads:  # a channel takes its threads along: say so for each
+            archived = self.c.channels.get(thread.chat_id, thread.thread_id)
+            if archived is not None:
+                self._broadcast_entry("channel.deleted", archived)
+        # A run still streaming into what was deleted is stopped, not left to run on.
+        for lane in list(self.c.turns.runs):
+            if lane[0] == entry.chat_id and (entry.thread_id is None or lane[1] == entry.thread_id):
+                await self.c.agent.interrupt(lane, user_id=str(command.get("device_id")))
 
     async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
         entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))

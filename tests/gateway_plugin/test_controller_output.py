@@ -3,12 +3,13 @@ controller on a real (memory) bus."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from gateway_plugin.channel_store import ChannelError
-from tests.gateway_plugin.test_hellos import _Rig, make_rig, rig
+from tests.gateway_plugin.test_hellos import _Agent, _Rig, make_rig, rig
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
@@ -45,3 +46,76 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
         with pytest.raises(ChannelError):
             controller.on_send(lane, CRON_TEXT, {"job_id": "j1"})
     assert len(_outbox(rig)) == before
+
+
+def _history(chat_id: str, request_id: str, **args: Any) -> Json:
+    return {
+        "cmd": "history",
+        "edge": "e1",
+        "conn": "c-history",
+        "dialect": "iris",
+        "device_id": "phone",
+        "request_id": request_id,
+        "args": {"chat_id": chat_id, "thread_id": None, "limit": 50, **args},
+    }
+
+
+async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None:
+    channel = rig.controller.channels.create_channel("Old trip")
+    rig.controller.channels.delete(channel.chat_id)
+    await rig.submit(_history(channel.chat_id, "h1"))
+    [reply] = await rig.replies_for(1)
+    assert reply["body"]["type"] == "history" and reply["body"]["chat_id"] == channel.chat_id
+
+
+@pytest.mark.parametrize("before", ["u-c1", "draft-1f2e", "m12x"])
+async def test_paging_from_a_live_message_id_is_a_bad_request_not_an_empty_page(
+    rig: _Rig, before: str
+) -> None:
+    await rig.submit(_history("android:default", "h2", before_message_id=before))
+    [reply] = await rig.replies_for(1)
+    assert reply["body"]["type"] == "error" and reply["body"]["code"] == "bad_request"
+
+
+class _StoppableAgent(_Agent):
+    def __init__(self) -> None:
+        self.stopped: list[tuple[str, str | None]] = []
+
+    async def interrupt(self, lane: tuple[str, str | None], *, user_id: str) -> None:
+        self.stopped.append(lane)
+
+
+async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threads(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _StoppableAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        controller = rig.controller
+        channel = controller.channels.create_channel("Trips")
+        controller.channels.set_default(channel.chat_id)  # threads live in the default one
+        thread = controller.channels.create_thread(channel.chat_id, "Lisbon")
+        controller.channels.set_default("android:default")
+        lane = (thread.chat_id, thread.thread_id)
+        controller.emit(controller.turns.accept(lane, thread.conversation_id)[1])
+        await rig.submit(
+            {
+                "cmd": "channel.delete",
+                "edge": "e1",
+                "conn": "c-delete",
+                "dialect": "iris",
+                "device_id": "phone",
+                "request_id": "d1",
+                "args": {"chat_id": channel.chat_id, "thread_id": None},
+            }
+        )
+        await rig.replies_for(1)
+        assert agent.stopped == [lane]
+        deleted = [
+            (e["entry"]["chat_id"], e["entry"]["thread_id"])
+            for e in _outbox(rig)
+            if e["type"] == "channel.deleted"
+        ]
+        assert deleted == [(channel.chat_id, None), lane]
+    finally:
+        await rig.controller.stop()

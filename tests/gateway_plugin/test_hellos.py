@@ -93,7 +93,7 @@ def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
     monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
     opened: list[Controller] = []
 
-    async def make(**settings: Any) -> _Rig:
+    async def make(agent: Any = None, **settings: Any) -> _Rig:
         bus = MemoryBus()
         controller = Controller(
             load_settings({"token": TOKEN, **settings}),
@@ -102,7 +102,7 @@ def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
             token=TOKEN,
             data_dir=tmp_path / "android",
             state_db=tmp_path / "state.db",
-            agent=_Agent(),  # type: ignore[arg-type]
+            agent=agent or _Agent(),  # type: ignore[arg-type]
         )
         rig = _Rig(controller, bus)
         sub = bus.subscription("e1", rig.on_bus)
