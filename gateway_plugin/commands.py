@@ -368,26 +368,41 @@ class CommandHandler:
         device_id = str(command.get("device_id") or "device")
         media_urls: list[str] = []
         media_types: list[str] = []
-        if attachment_ids:
-            # Small text files inlined ahead of the text; every file as a local media path.
-            text, media_urls, media_types = await agent_input(
-                self.c.attachments,
-                self.c.attachments.records(attachment_ids),
+        try:
+            if attachment_ids:
+                # Small text files inlined ahead of the text; every file as a local media path.
+                text, media_urls, media_types = await agent_input(
+                    self.c.attachments,
+                    self.c.attachments.records(attachment_ids),
+                    text,
+                    self.c.agent.stage_media,
+                )
+            await self.c.agent.submit(
+                lane_of(entry),
                 text,
-                self.c.agent.stage_media,
+                user_id=device_id,
+                user_name=device_id,
+                run_id=run_id,
+                chat_name=entry.name,
+                media_urls=media_urls,
+                media_types=media_types,
             )
-        await self.c.agent.submit(
-            lane_of(entry),
-            text,
-            user_id=device_id,
-            user_name=device_id,
-            run_id=run_id,
-            chat_name=entry.name,
-            media_urls=media_urls,
-            media_types=media_types,
-        )
+        except Exception:
+            if run_id is None:
+                raise
+            # The send is stored and acknowledged, its run announced: it must not stay open
+            # with nobody working on it (the lane would refuse every send as run_active).
+            log.exception("the agent did not take run %s", run_id)
+            self._fail_run(entry, run_id, "the agent could not take this message; send it again")
         if key is not None:
             self.c.outbox.mark_dispatched(key)
+
+    def _fail_run(self, entry: ChannelEntry, run_id: str, error: str) -> None:
+        lane = lane_of(entry)
+        run = self.c.turns.active(lane)
+        if run is not None and run.run_id == run_id:
+            self.c.emit(self.c.turns.finish(lane, "failed", error))
+            self.c.outbox.finish_run(run_id)
 
     async def cmd_run_cancel(self, command: Json, args: Json) -> None:
         if command.get("dialect") == "pheby":

@@ -186,6 +186,8 @@ class Controller:
                 await self.bus.register_tenant(self.tenant, self.token)
             except BusUnavailable:
                 log.warning("bus unavailable; tenant heartbeat will retry")
+            except Exception:  # an error reply (out of memory...): the next beat retries
+                log.exception("tenant heartbeat failed; it will retry")
 
     # -- events out
     def emit(self, events: list[Json]) -> list[Json]:
@@ -288,12 +290,20 @@ class Controller:
                     continue
                 batch = await self.bus.consume(self.tenant, self._consumer_name, 64, 1000)
                 backoff = 0.1
+                await self._handle_batch(batch)
             except BusUnavailable:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 first = True
                 continue
-            await self._handle_batch(batch)
+            except Exception:
+                # An error reply from Redis (out of memory), a locked database...: this loop
+                # is the only reader of device commands, so it must outlive any of them. What
+                # was read and not acked is reclaimed (idempotent) once it works again.
+                log.exception("handling device commands failed; retrying")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                first = True
 
     async def _handle_batch(self, batch: list[tuple[str, Json]]) -> None:
         """Carry out a stream read in order; each entry is marked processed (outbox.db)

@@ -119,3 +119,71 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         assert deleted == [(channel.chat_id, None), lane]
     finally:
         await rig.controller.stop()
+
+
+class _BalkingAgent(_Agent):
+    """Refuses its first message, as Hermes might when it is not ready."""
+
+    def __init__(self) -> None:
+        self.taken: list[str] = []
+
+    async def submit(self, lane: Any, text: str, **kwargs: Any) -> None:
+        if not self.taken and text == "first":
+            self.taken.append("(refused)")
+            raise RuntimeError("not ready")
+        self.taken.append(text)
+
+
+def _send(text: str, client_id: str) -> Json:
+    return {
+        "cmd": "message.send",
+        "edge": "e1",
+        "conn": "c-send",
+        "dialect": "iris",
+        "device_id": "phone",
+        "request_id": client_id,
+        "args": {
+            "chat_id": "android:default",
+            "thread_id": None,
+            "text": text,
+            "client_id": client_id,
+        },
+    }
+
+
+async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _BalkingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        await rig.submit(_send("first", "c1"))
+        await rig.replies_for(1)  # message.ack: the send is stored
+        finished = [e for e in _outbox(rig) if e["type"] == "run.finished"]
+        assert [f["status"] for f in finished] == ["failed"] and "send it again" in finished[0][
+            "error"
+        ]
+        await rig.submit(_send("second", "c2"))
+        replies = await rig.replies_for(2)
+        assert replies[1]["body"]["type"] == "message.ack"  # not run_active
+        assert agent.taken == ["(refused)", "second"]
+    finally:
+        await rig.controller.stop()
+
+
+async def test_the_command_reader_outlives_an_error_and_answers_what_it_had_read(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = rig.controller.outbox.processed_among
+    failures: list[str] = []
+
+    def locked_once(entry_ids: list[str]) -> set[str]:
+        if not failures:
+            failures.append("database is locked")
+            raise RuntimeError("database is locked")
+        return real(entry_ids)
+
+    monkeypatch.setattr(rig.controller.outbox, "processed_among", locked_once)
+    await rig.submit(_history("android:default", "h3"))
+    [reply] = await rig.replies_for(1)
+    assert failures and reply["body"]["type"] == "history"
