@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -60,6 +61,7 @@ class Connection:
         "frames_out",
         "gate",
         "id",
+        "replay_since",
         "since",
         "tenant",
         "tracks_cursor",
@@ -96,6 +98,8 @@ class Connection:
         self.closed = False
         self.close_code: int | None = None
         self.since = now_iso()
+        # Monotonic time the pending replay began or last moved (0.0: none pending).
+        self.replay_since = 0.0
         self.gate: ReplayGate[tuple[Json, Frame | None]] = ReplayGate()
         self.frames_out = 0
         # Devices that resume from cursors (iris) get gaps repaired by a resync.
@@ -149,12 +153,17 @@ class Connection:
             and not gate.replaying
             and 0 < gate.last_cursor < cursor - 1
         ):
-            gate.begin_replay()
+            self.begin_replay()
             gate.live(cursor, (event, frame))
             return True
         if not gate.replaying:
             if gate.admit(cursor):  # the common case: no tuple, no list per delivery
                 self._queue_event(event, frame)
+            return False
+        if gate.held >= self._max:
+            # The replay is not coming fast enough to hold more back: reconnecting resumes
+            # from the device's cursor, losing nothing (memory stays bounded meanwhile).
+            self.request_close(CLOSE_SLOW_CONSUMER)
             return False
         gate.live(cursor, (event, frame))  # held until the replay arrives
         return False
@@ -165,8 +174,14 @@ class Connection:
 
     def begin_replay(self) -> None:
         self.gate.begin_replay()
+        self.replay_since = time.monotonic()
+
+    def replay_stalled(self, now: float, after_s: float) -> bool:
+        """A replay asked for ``after_s`` ago that has not moved since (its reply lost)."""
+        return self.gate.replaying and 0.0 < self.replay_since < now - after_s
 
     def replay_chunk(self, events: list[tuple[Json, Frame | None]]) -> None:
+        self.replay_since = time.monotonic()
         for admitted in self.gate.replay_chunk(
             [(event.get("cursor") or 0, (event, frame)) for event, frame in events]
         ):
@@ -179,6 +194,7 @@ class Connection:
         admitted, gap = self.gate.finish_replay(replayed)
         for item in admitted:
             self._queue_event(*item)
+        self.replay_since = time.monotonic() if gap else 0.0
         return gap
 
     def _enqueue(self, frame: OutFrame | bytes, event: Json | None) -> None:

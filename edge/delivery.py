@@ -43,6 +43,11 @@ class ReplayGate(Generic[P]):
     def begin_replay(self) -> None:
         self.replaying = True
 
+    @property
+    def held(self) -> int:
+        """Live events held back for the replay."""
+        return len(self._held)
+
     def replay_chunk(self, replayed: list[tuple[int, P]]) -> list[P]:
         """Part of a long replay (more chunks follow): deliver, keep holding live events."""
         out: list[P] = []

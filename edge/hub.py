@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from .connection import Connection
 from .dialects import Dialect
 from .dialects.iris import IrisDialect
 from .dialects.pheby import PhebyDialect
-from .errors import CLOSE_SERVICE_RESTART
+from .errors import CLOSE_SERVICE_RESTART, CLOSE_UNAVAILABLE
 from .wire import OutFrame
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ PRESENCE_TTL_S = 60.0
 REPLAY_PACE_S = 0.01
 REPLAY_PACE_TRIES = 6000  # a minute for a device to take a chunk before we send anyway
 PRESENCE_REFRESH_S = 20.0
+# A replay (hello, sync, resync) that has not moved for this long lost its reply.
+REPLAY_STALL_S = 60.0
 REQUEST_TIMEOUT_S = 15.0
 
 DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
@@ -75,9 +78,16 @@ class Hub:
             await self._sub.close()
 
     async def _refresh_presence(self) -> None:
-        """Presence expires on its own (PRESENCE_TTL_S): a dead edge's devices go offline."""
+        """Presence expires on its own (PRESENCE_TTL_S): a dead edge's devices go offline.
+        Also closes devices whose replay stalled (its reply lost on the bus): they resume
+        from their cursor on reconnecting, instead of holding live events back for ever."""
         while True:
             await asyncio.sleep(PRESENCE_REFRESH_S)
+            now = time.monotonic()
+            for conn in list(self.conns.values()):
+                if conn.replay_stalled(now, REPLAY_STALL_S):
+                    log.warning("replay for conn %s stalled; closing it to resume", conn.id)
+                    conn.request_close(CLOSE_UNAVAILABLE)
             # All at once: the bus sends them in a few batched round trips.
             writes = [
                 self.bus.device_online_soon(
@@ -289,4 +299,5 @@ class Hub:
                 return
             except Exception:
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
-        conn.finish_replay([])
+        if conn.finish_replay([]):  # events are missing: the device resumes by reconnecting
+            conn.request_close(CLOSE_UNAVAILABLE)

@@ -397,8 +397,8 @@ class DeviceSession:
                     encode(conn.dialect.error_frame(rejected.code, rejected.message, rid))
                 )
             except BusUnavailable:
-                if conn.replaying:
-                    conn.finish_replay([])
+                if conn.replaying and conn.finish_replay([]):
+                    conn.request_close(CLOSE_UNAVAILABLE)  # it resumes on reconnecting
                 conn.send_frame(
                     encode(
                         conn.dialect.error_frame(

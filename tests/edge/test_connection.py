@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -273,6 +274,29 @@ async def test_an_iris_connection_that_sees_a_cursor_gap_holds_the_event_for_a_r
     ]
     assert not conn.replaying
     assert conn.last_cursor == 10
+
+
+async def test_a_replay_that_does_not_come_holds_at_most_a_queue_of_events_then_closes(
+    make: Any,
+) -> None:
+    conn, socket = make("iris", max_frames=8, last_cursor=2)
+    conn.begin_replay()  # its reply lost on the bus, say
+    for cursor in range(3, 3 + 8):
+        offer(conn, ev(cursor))
+    assert conn.gate.held == 8 and not conn.closed
+    offer(conn, ev(11))  # one more than a send queue: reconnect and resume instead
+    await eventually(lambda: conn.closed)
+    assert conn.close_code == 4008 and conn.gate.held == 8
+
+
+async def test_a_replay_that_has_not_moved_for_a_while_counts_as_stalled(make: Any) -> None:
+    conn, _ = make("iris", last_cursor=2)
+    assert not conn.replay_stalled(time.monotonic() + 3600, 60)  # no replay pending
+    conn.begin_replay()
+    assert not conn.replay_stalled(time.monotonic(), 60)
+    assert conn.replay_stalled(time.monotonic() + 61, 60)
+    conn.finish_replay([])
+    assert not conn.replay_stalled(time.monotonic() + 3600, 60)
 
 
 async def test_finish_replay_delivers_replayed_then_held_each_once(make: Any) -> None:
