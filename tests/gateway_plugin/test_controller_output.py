@@ -3,13 +3,17 @@ controller on a real (memory) bus."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gateway_plugin.channel_store import ChannelError
-from tests.gateway_plugin.test_hellos import _Agent, _Rig, make_rig, rig
+from gateway_plugin.outbox import Outbox
+from tests.gateway_plugin.test_hellos import TENANT, _Agent, _Rig, make_rig, rig
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
@@ -187,3 +191,29 @@ async def test_the_command_reader_outlives_an_error_and_answers_what_it_had_read
     await rig.submit(_history("android:default", "h3"))
     [reply] = await rig.replies_for(1)
     assert failures and reply["body"]["type"] == "history"
+
+
+async def test_rows_another_process_appends_are_published_even_when_ours_follow_them(
+    rig: _Rig, tmp_path: Path
+) -> None:
+    published: list[int] = []
+
+    def on_event(kind: str, channel: str, payload: bytes) -> None:
+        if kind == "event":
+            published.append(json.loads(payload).get("cursor"))
+
+    watcher = rig.bus.subscription("e-watch", on_event)
+    await watcher.start()
+    await watcher.add_tenant(TENANT)
+    cron_process = Outbox(tmp_path / "android" / "outbox.db")  # a CLI cron run's own handle
+    try:
+        cron_process.append([{"type": "message", "text": "nightly"} for _ in range(2)])
+    finally:
+        cron_process.close()
+    rig.controller.emit([{"type": "message", "text": "mine"}])  # cursor 3, right after
+    for _ in range(100):
+        if {1, 2, 3} <= set(published):
+            break
+        await asyncio.sleep(0.05)
+    assert {1, 2, 3} <= set(published), published
+    await watcher.close()
