@@ -255,6 +255,10 @@ class CommandHandler:
             if seen is not None:
                 result, dispatched = seen
                 claimed = list(result.pop("attachment_ids", None) or [])
+                # The lane the send went to, which auto-threading may have chosen then.
+                stored = self.c.channels.get(str(result.get("chat_id")), result.get("thread_id"))
+                if stored is not None:
+                    entry, lane = stored, lane_of(stored)
                 await self._ack_send(command, result)
                 if not dispatched and result.get("run_id") and self.c.turns.active(lane) is None:
                     # Accepted before a crash but never handed to Hermes: finish the job

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,34 @@ async def test_rows_another_process_appends_are_published_even_when_ours_follow_
         await asyncio.sleep(0.05)
     assert {1, 2, 3} <= set(published), published
     await watcher.close()
+
+
+class _RecordingAgent(_Agent):
+    def __init__(self) -> None:
+        self.lanes: list[tuple[str, str | None]] = []
+
+    async def submit(self, lane: tuple[str, str | None], text: str, **kwargs: Any) -> None:
+        self.lanes.append(lane)
+
+
+async def test_an_auto_threaded_send_taken_again_after_a_crash_goes_to_its_thread(
+    make_rig: Callable[..., Any], tmp_path: Path
+) -> None:
+    agent = _RecordingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        frame = _send("plan the trip", "c-auto")
+        frame["args"]["auto_thread"] = True
+        await rig.submit(frame)
+        [ack] = await rig.replies_for(1)
+        thread = ("android:default", ack["body"]["thread_id"])
+        assert thread[1] and agent.lanes == [thread]
+        # A crash after the send was stored, before Hermes took it: no run, not dispatched.
+        rig.controller.turns.runs.clear()
+        with sqlite3.connect(tmp_path / "android" / "outbox.db") as db:
+            db.execute("UPDATE idempotency SET dispatched = 0")
+        await rig.submit(frame)  # the device sends it again
+        await rig.replies_for(2)
+        assert agent.lanes == [thread, thread]
+    finally:
+        await rig.controller.stop()
