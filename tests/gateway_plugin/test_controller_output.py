@@ -53,16 +53,21 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
     assert len(_outbox(rig)) == before
 
 
-def _history(chat_id: str, request_id: str, **args: Any) -> Json:
+def _command(cmd: str, request_id: str, **args: Any) -> Json:
+    """An iris device's command as its edge puts it on the bus."""
     return {
-        "cmd": "history",
+        "cmd": cmd,
         "edge": "e1",
-        "conn": "c-history",
+        "conn": f"c-{request_id}",
         "dialect": "iris",
         "device_id": "phone",
         "request_id": request_id,
-        "args": {"chat_id": chat_id, "thread_id": None, "limit": 50, **args},
+        "args": args,
     }
+
+
+def _history(chat_id: str, request_id: str, **args: Any) -> Json:
+    return _command("history", request_id, chat_id=chat_id, thread_id=None, limit=50, **args)
 
 
 async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None:
@@ -103,17 +108,7 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         controller.channels.set_default("android:default")
         lane = (thread.chat_id, thread.thread_id)
         controller.emit(controller.turns.accept(lane, thread.conversation_id)[1])
-        await rig.submit(
-            {
-                "cmd": "channel.delete",
-                "edge": "e1",
-                "conn": "c-delete",
-                "dialect": "iris",
-                "device_id": "phone",
-                "request_id": "d1",
-                "args": {"chat_id": channel.chat_id, "thread_id": None},
-            }
-        )
+        await rig.submit(_command("channel.delete", "d1", chat_id=channel.chat_id, thread_id=None))
         await rig.replies_for(1)
         assert agent.stopped == [lane]
         deleted = [
@@ -140,20 +135,14 @@ class _BalkingAgent(_Agent):
 
 
 def _send(text: str, client_id: str) -> Json:
-    return {
-        "cmd": "message.send",
-        "edge": "e1",
-        "conn": "c-send",
-        "dialect": "iris",
-        "device_id": "phone",
-        "request_id": client_id,
-        "args": {
-            "chat_id": "android:default",
-            "thread_id": None,
-            "text": text,
-            "client_id": client_id,
-        },
-    }
+    return _command(
+        "message.send",
+        client_id,
+        chat_id="android:default",
+        thread_id=None,
+        text=text,
+        client_id=client_id,
+    )
 
 
 async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
