@@ -294,9 +294,10 @@ def _declared_length(request: Request) -> int | None:
     raw = request.headers.get("content-length")
     if raw is None:
         return None
-    if not (raw.strip().isascii() and raw.strip().isdigit()):  # "²" is a digit to isdigit
+    value = raw.strip()
+    if not (value.isascii() and value.isdigit()):  # "²" is a digit to isdigit
         raise Refused(400, "bad_request", "invalid Content-Length")
-    return int(raw)
+    return int(value)
 
 
 def routes(store: AttachmentStore) -> list[Route]:

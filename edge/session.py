@@ -29,7 +29,7 @@ from canonical.protocol import (
 
 from . import dialects, metrics
 from .connection import Connection
-from .dialects.iris import IRIS_VERSION, valid_cursor
+from .dialects.iris import IRIS_VERSION, cursor_rule, valid_cursor
 from .dialects.pheby import PROTOCOL_VERSION
 from .errors import (
     BUS_UNREACHABLE,
@@ -289,11 +289,7 @@ class DeviceSession:
             if cursor is not None and not valid_cursor(cursor):
                 # Not taken as "fresh": that would skip the events the device is missing.
                 raise _Refused(
-                    dialect,
-                    "bad_request",
-                    "cursor must be an integer from 0 to 2^63-1",
-                    CLOSE_UNAUTHORIZED,
-                    request_id,
+                    dialect, "bad_request", cursor_rule(), CLOSE_UNAUTHORIZED, request_id
                 )
             conn.last_cursor = cursor or 0
             conn.begin_replay()

@@ -474,23 +474,15 @@ class Controller:
         if entry is None or entry.archived:
             where = lane[0] if lane[1] is None else f"{lane[0]}:{lane[1]}"
             raise ChannelError(f"{where} is {'archived' if entry else 'unknown'}")
-        # A user's run streaming in this lane is set aside meanwhile, not joined.
-        streaming = self.turns.runs.pop(lane, None)
-        try:
-            run, events = self.turns.accept(
-                lane, entry.conversation_id, implicit=True, kind="cron" if is_cron else "reply"
-            )
-            segment_id, deltas = self.turns.on_send(run, content)
-            finished = self.turns.finish(lane, "completed")
-        finally:
-            if streaming is not None:
-                self.turns.runs[lane] = streaming
+        segment_id, events = self.turns.complete_run(
+            lane, entry.conversation_id, content, kind="cron" if is_cron else "reply"
+        )
         if is_cron:
-            finished[0]["cron_job"] = parse_cron_header(content) or {
+            events[-2]["cron_job"] = parse_cron_header(content) or {  # its message.complete
                 "id": str((metadata or {}).get("job_id")),
                 "name": None,
             }
-        self.emit(events + deltas + finished)
+        self.emit(events)
         return segment_id
 
     def on_edit(self, message_id: str, content: str) -> None:

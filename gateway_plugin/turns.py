@@ -141,6 +141,20 @@ class TurnTracker:
         start = {**_base(run, "message.start"), "message_id": run.message_id}
         return run, [accepted, start]
 
+    def complete_run(
+        self, lane: Lane, conversation_id: str | None, content: str, *, kind: str
+    ) -> tuple[str, list[Json]]:
+        """A whole run at once (cron, background output), beside any run streaming in the
+        lane, which goes on untouched. Its segment's id and its events."""
+        streaming = self.runs.pop(lane, None)
+        try:
+            run, events = self.accept(lane, conversation_id, implicit=True, kind=kind)
+            segment_id, deltas = self.on_send(run, content)
+            return segment_id, events + deltas + self.finish(lane, "completed")
+        finally:
+            if streaming is not None:
+                self.runs[lane] = streaming
+
     def _delta(self, run: Run) -> list[Json]:
         text = run.text()
         if text == run.last_text:

@@ -80,12 +80,14 @@ def _media_upload_chunk(f: Json) -> Json:
     return {"upload_id": _hex_id(f, "upload_id"), "offset": _cursor(f, "offset"), "data": data}
 
 
+def cursor_rule(key: str = "cursor") -> str:
+    return f"{key} must be an integer from 0 to 2^63-1"
+
+
 def _cursor(f: Json, key: str = "cursor") -> int:
     value = f.get(key, 0)
     if not valid_cursor(value):
-        raise FrameRejected(
-            "bad_request", f"{key} must be an integer from 0 to 2^63-1", f.get("request_id")
-        )
+        raise FrameRejected("bad_request", cursor_rule(key), f.get("request_id"))
     return int(value)
 
 
