@@ -41,6 +41,7 @@ from bench.host import (
     CpuMeter,
     Json,
     machine,
+    process_tree,
     raise_nofile,
     rss_bytes,
     uses_uvloop,
@@ -157,14 +158,14 @@ def command_calls(redis_url: str) -> dict[str, int]:
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
 
 
-async def settle_rss(pid: int, seconds: float = 2.0) -> int:
+async def settle_rss(pids: list[int], seconds: float = 2.0) -> int:
     await asyncio.sleep(seconds)
-    return rss_bytes(pid)
+    return sum(rss_bytes(pid) for pid in pids)
 
 
 async def measure_levels(
     label: str,
-    server_pid: int,
+    server_pids: list[int],
     url: str,
     dialect: str,
     token: str,
@@ -181,16 +182,18 @@ async def measure_levels(
             "connect", url=url, n=20, dialect=dialect, token=token, concurrency=20, timeout=30
         )
         await client.call("close")
-        base_rss = await settle_rss(server_pid)
+        base_rss = await settle_rss(server_pids)
         out["baseline_rss_mib"] = round(base_rss / 2**20, 1)
         have = 0
         for level in levels:
             spy = None
             if PROFILE:
-                spy = await start_py_spy(
-                    server_pid, 4, REPO / f"bench/results/profile-connections-{label}-{level}.txt"
+                spy = await start_py_spy(  # one worker, when there are several
+                    server_pids[-1],
+                    4,
+                    REPO / f"bench/results/profile-connections-{label}-{level}.txt",
                 )
-            meter = CpuMeter({"server": [server_pid], "client": [client.pid], **extra_pids})
+            meter = CpuMeter({"server": server_pids, "client": [client.pid], **extra_pids})
             calls_before = command_calls(redis_url) if redis_url else {}
             meter.start()
             got = await client.call(
@@ -208,8 +211,8 @@ async def measure_levels(
             if spy is not None:
                 await asyncio.wait_for(spy.wait(), 60)
             have += got["connected"]
-            rss = await settle_rss(server_pid)
-            idle = CpuMeter({"server": [server_pid], **extra_pids})
+            rss = await settle_rss(server_pids)
+            idle = CpuMeter({"server": server_pids, **extra_pids})
             idle.start()
             await asyncio.sleep(3.0)
             idle_cpu = idle.stop()
@@ -259,7 +262,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
     runs: list[Json] = []
     redis = Redis(CPU_CLIENT if options.redis_with_clients else CPU_SERVER).start()
     try:
-        edge = Edge(redis.url).wait()
+        edge = Edge(redis.url, workers=options.edge_workers).wait()
         plugin = await start_role(__file__, "plugin", "--redis", redis.url)
         try:
             token = (await plugin.call("info", rpc_timeout=120))["token"]
@@ -268,7 +271,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
                 runs.append(
                     await measure_levels(
                         "iris",
-                        edge.pid,
+                        edge.pids,
                         edge.ws_url,
                         "iris",
                         token,
@@ -278,14 +281,14 @@ async def orchestrate(options: argparse.Namespace) -> None:
                         redis.url,
                     )
                 )
-                runs[-1]["uvloop"] = uses_uvloop(edge.pid)
+                runs[-1]["uvloop"] = uses_uvloop(edge.pids[-1])
             if options.pheby:
                 edge.stop()
-                edge = Edge(redis.url).wait()
+                edge = Edge(redis.url, workers=options.edge_workers).wait()
                 runs.append(
                     await measure_levels(
                         "pheby",
-                        edge.pid,
+                        edge.pids,
                         edge.ws_url,
                         "pheby",
                         token,
@@ -304,12 +307,18 @@ async def orchestrate(options: argparse.Namespace) -> None:
     if options.floor:
         peers.append(("uvicorn-floor", "uvicorn_floor.py"))
     for label, script in peers:
-        port, proc = start_peer(label, script)
+        workers = options.edge_workers if label == "uvicorn-floor" else 1
+        port, proc = start_peer(
+            label,
+            script,
+            *(["--workers", str(workers)] if workers > 1 else []),
+            cpu=CPU_SERVER if workers == 1 else None,
+        )
         try:
             runs.append(
                 await measure_levels(
                     label,
-                    proc.pid,
+                    process_tree(proc.pid),
                     f"ws://{LOOPBACK}:{port}/",
                     "raw",
                     "",
@@ -326,6 +335,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
         "machine": machine(),
         "method": {
             "levels": levels,
+            "edge_workers": options.edge_workers,
             "concurrency": options.concurrency,
             "setup": "TCP connect + WebSocket upgrade + hello → hello.ack (iris: answered by "
             "the plugin's Controller; pheby: 'ready' from the edge; raw, uvicorn-floor: the "
@@ -368,6 +378,13 @@ def main() -> None:
     parser.add_argument("--name", default=None)
     parser.add_argument("--redis")
     parser.add_argument("--profile", action="store_true", help="py-spy the edge at each level")
+    parser.add_argument(
+        "--edge-workers",
+        type=int,
+        default=1,
+        help="ANDROID_EDGE_WORKERS for the edge, and as many uvicorn-floor processes on one "
+        "socket (unpinned: they get every core)",
+    )
     options = parser.parse_args()
     global PROFILE
     PROFILE = options.profile

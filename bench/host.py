@@ -130,6 +130,23 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a supervisor and its workers), from /proc."""
+    out = [pid]
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            children = (task / "children").read_text(encoding="ascii").split()
+        except OSError:
+            continue
+        for child in children:
+            out.extend(process_tree(int(child)))
+    return out
+
+
 def machine_busy_seconds() -> float:
     """CPU time spent busy by the whole machine (all CPUs), from /proc/stat."""
     try:

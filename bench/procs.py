@@ -16,7 +16,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.host import CODE, CPU_CLIENT, CPU_SERVER, HAVE_TASKSET, LOOPBACK, REPO, Json
+from bench.host import (
+    CODE,
+    CPU_CLIENT,
+    CPU_SERVER,
+    HAVE_TASKSET,
+    LOOPBACK,
+    REPO,
+    Json,
+    process_tree,
+)
 from tests.harness.proc import (
     PYTHON,
     ManagedProcess,
@@ -79,12 +88,15 @@ class Redis(RedisServer):
 class Edge:
     """`python -m edge` on the Redis bus, pinned to the server CPU."""
 
-    def __init__(self, bus_url: str, *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bus_url: str, *, extra_env: dict[str, str] | None = None, workers: int = 1
+    ) -> None:
         self.port = free_port()
         env = {
             "ANDROID_BUS_URL": bus_url,
             "ANDROID_WS_HOST": LOOPBACK,
             "ANDROID_WS_PORT": str(self.port),
+            "ANDROID_EDGE_WORKERS": str(workers),
             **(extra_env or {}),
         }
         # BENCH_CPROFILE_DIR: the edge under cProfile (bench/cprofile_edge.py).
@@ -92,17 +104,30 @@ class Edge:
         if os.environ.get("BENCH_CPROFILE_DIR"):
             argv = [PYTHON, str(REPO / "bench" / "cprofile_edge.py")]
             env["BENCH_CPROFILE_DIR"] = os.environ["BENCH_CPROFILE_DIR"]
-        self.proc = spawn(f"edge-{self.port}", argv, cpu=CPU_SERVER, env=env, cwd=CODE)
+        # Several workers (edge/supervisor.py) get every core: pinned, they would share one.
+        cpu = CPU_SERVER if workers == 1 else None
+        self.workers = workers
+        self.proc = spawn(f"edge-{self.port}", argv, cpu=cpu, env=env, cwd=CODE)
+
+    def _all_listening(self) -> bool:
+        if self.workers == 1:
+            return http_ok(f"http://{LOOPBACK}:{self.port}/healthz")
+        # Every worker logs "edge <id> listening on ..." once it serves (appended log).
+        log = self.proc.log_path.read_text(encoding="utf-8", errors="replace")
+        return log.count(" listening on ") >= self.workers + 1  # + the supervisor's line
 
     def wait(self, timeout: float = 30.0) -> Edge:
-        self.proc.wait_until(
-            lambda: http_ok(f"http://{LOOPBACK}:{self.port}/healthz"), timeout, interval=0.05
-        )
+        self.proc.wait_until(self._all_listening, timeout, interval=0.05)
         return self
 
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    @property
+    def pids(self) -> list[int]:
+        """The edge process, and its workers when it supervises several."""
+        return process_tree(self.proc.pid)
 
     @property
     def ws_url(self) -> str:
@@ -135,14 +160,16 @@ def wait_port(port: int, proc: ManagedProcess, timeout: float = 30.0) -> None:
     proc.wait_until(is_open, timeout, interval=0.05, what=f"listening on {port}")
 
 
-def start_peer(kind: str, script: str, *args: str) -> tuple[int, ManagedProcess]:
-    """``bench/peers/<script> --port P [args]`` on a free port, pinned to the server CPU,
-    once it listens (stopped again if it does not)."""
+def start_peer(
+    kind: str, script: str, *args: str, cpu: str | None = CPU_SERVER
+) -> tuple[int, ManagedProcess]:
+    """``bench/peers/<script> --port P [args]`` on a free port, pinned to the server CPU
+    (unless ``cpu`` is None), once it listens (stopped again if it does not)."""
     port = free_port()
     proc = spawn(
         f"{kind}-{port}",
         [PYTHON, str(PEERS / script), "--port", str(port), *args],
-        cpu=CPU_SERVER,
+        cpu=cpu,
     )
     try:
         wait_port(port, proc)
@@ -162,7 +189,7 @@ async def start_py_spy(pid: int, seconds: int, output: Path) -> asyncio.subproce
         "--duration",
         str(seconds),
         "--rate",
-        "250",
+        os.environ.get("BENCH_PY_SPY_RATE", "250"),  # more samples rank smaller pieces
         "--format",
         "raw",
         "--nonblocking",

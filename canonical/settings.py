@@ -164,6 +164,14 @@ class GatewaySettings(BaseSettings):
         validation_alias="ANDROID_EDGE_ID",
         json_schema_extra={"extra_keys": ["edge_id"]},
     )
+    # `python -m edge` only: processes sharing one listening socket (one per core helps).
+    edge_workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        validation_alias="ANDROID_EDGE_WORKERS",
+        json_schema_extra={"extra_keys": ["edge_workers"]},
+    )
     data_dir: Path | None = Field(
         default=None,
         validation_alias="ANDROID_DATA_DIR",

@@ -9,10 +9,11 @@ import sys
 from canonical import logredact
 from canonical.bus import open_bus
 from canonical.errors import SettingsError
-from canonical.settings import load_settings
+from canonical.settings import GatewaySettings, load_settings
 
 from .app import build_app
 from .server import GracefulServer, make_state, uvicorn_config
+from .supervisor import Supervisor, inherited_socket, listen_socket, watch_parent, worker_edge_id
 
 GC_YOUNG_THRESHOLD = 10_000
 
@@ -32,11 +33,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    sock = inherited_socket()
+    if sock is None and settings.edge_workers > 1:
+        return supervise(settings)
+    settings.edge_id = worker_edge_id(settings.edge_id)
     bus = open_bus(settings.bus_url)
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)
     server = GracefulServer(config)
+    watch_parent(server.request_exit)
     logging.getLogger("hdg.edge").info(
         "edge %s listening on %s:%d", state.edge_id, settings.ws_host, settings.ws_port
     )
@@ -46,8 +52,26 @@ def main(argv: list[str] | None = None) -> int:
     # full one scans every live connection's objects): ~24 % of the edge's CPU (py-spy
     # --native). Refcounting frees nearly all of it anyway; at 10,000: no full collection.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run()
+    server.run(sockets=[sock] if sock is not None else None)
     return 0
+
+
+def supervise(settings: GatewaySettings) -> int:
+    """ANDROID_EDGE_WORKERS > 1: bind once, run that many edge processes on the socket."""
+    try:
+        sock = listen_socket(settings.ws_host, settings.ws_port)
+    except OSError as exc:
+        print(
+            f"edge: cannot listen on {settings.ws_host}:{settings.ws_port}: {exc}", file=sys.stderr
+        )
+        return 2
+    logging.getLogger("hdg.edge").info(
+        "edge supervisor: %d workers listening on %s:%d",
+        settings.edge_workers,
+        settings.ws_host,
+        settings.ws_port,
+    )
+    return Supervisor(sock, settings.edge_workers).run()
 
 
 if __name__ == "__main__":

@@ -65,6 +65,11 @@ class GracefulServer(uvicorn.Server):
             await going_away(state)
         await super().shutdown(sockets)
 
+    def request_exit(self) -> None:
+        """Ask for the graceful shutdown a SIGTERM would start (from any thread: the main
+        loop polls the flag)."""
+        self.should_exit = True
+
 
 class EmbeddedServer(GracefulServer):
     """uvicorn inside another program's event loop: leave its signal handlers alone."""

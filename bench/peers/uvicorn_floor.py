@@ -61,12 +61,25 @@ def config(port: int) -> uvicorn.Config:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes on one socket, as the edge's"
+    )
     options = parser.parse_args()
     raise_nofile()
+    # Several workers: the edge's own supervisor, so only the app differs there too.
+    from edge.supervisor import Supervisor, inherited_socket, listen_socket, watch_parent
+
+    sock = inherited_socket()
+    if sock is None and options.workers > 1:
+        argv = [sys.executable, __file__, "--port", str(options.port)]
+        sys.exit(
+            Supervisor(listen_socket("127.0.0.1", options.port), options.workers, argv=argv).run()
+        )
     server = uvicorn.Server(config(options.port))
+    watch_parent(lambda: setattr(server, "should_exit", True))
     # The edge's process settings too (edge/__main__.py), so only the app differs.
     from edge.__main__ import GC_YOUNG_THRESHOLD
 
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run()
+    server.run(sockets=[sock] if sock is not None else None)

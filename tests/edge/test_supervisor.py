@@ -1,0 +1,187 @@
+"""Several edge workers behind one port (ANDROID_EDGE_WORKERS): the restart policy on its
+own, and real `python -m edge` supervisors on a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from canonical.bus import open_bus
+from canonical.client import DeviceClient
+from edge.supervisor import (
+    EXIT_BAD_SETTINGS,
+    WORKER_INDEX_ENV,
+    RestartBackoff,
+    gives_up,
+    worker_edge_id,
+)
+from tests.harness import EdgeProcess, RedisServer
+
+TENANT = "supervised"
+TOKEN = "supervisor-test-token-0123456789"
+
+
+# -- the restart policy
+
+
+def test_a_worker_dying_young_again_and_again_waits_longer_each_time_up_to_the_cap() -> None:
+    backoff = RestartBackoff(first_s=0.5, max_s=4.0, healthy_after_s=30.0)
+    assert [backoff.next_delay(lived_s=1.0) for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_a_worker_that_lived_long_is_restarted_after_the_first_delay_again() -> None:
+    backoff = RestartBackoff(first_s=0.5, max_s=4.0, healthy_after_s=30.0)
+    for _ in range(5):
+        backoff.next_delay(lived_s=1.0)
+    assert backoff.next_delay(lived_s=31.0) == 0.5
+
+
+@given(st.lists(st.floats(min_value=0, max_value=100, allow_nan=False), min_size=1, max_size=40))
+def test_restart_delays_stay_between_the_first_delay_and_the_cap(lives: list[float]) -> None:
+    backoff = RestartBackoff(first_s=0.5, max_s=30.0, healthy_after_s=30.0)
+    for lived in lives:
+        assert 0.5 <= backoff.next_delay(lived) <= 30.0
+
+
+def test_the_supervisor_gives_up_only_on_a_worker_that_refuses_its_settings_at_start() -> None:
+    assert gives_up(EXIT_BAD_SETTINGS, lived_s=1.0, started_ok_before=False)
+    assert not gives_up(EXIT_BAD_SETTINGS, lived_s=60.0, started_ok_before=False)
+    assert not gives_up(EXIT_BAD_SETTINGS, lived_s=1.0, started_ok_before=True)
+    assert not gives_up(1, lived_s=1.0, started_ok_before=False)
+    assert not gives_up(-9, lived_s=1.0, started_ok_before=False)
+
+
+def test_each_worker_gets_its_own_edge_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(WORKER_INDEX_ENV, raising=False)
+    assert worker_edge_id("edge-a") == "edge-a"
+    monkeypatch.setenv(WORKER_INDEX_ENV, "1")
+    assert worker_edge_id("edge-a") == "edge-a-1"
+    assert worker_edge_id(None) is None  # a random id per process is unique already
+
+
+# -- real supervisors
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
+            out += [int(child) for child in f.read().split()]
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _listening_workers(edge: EdgeProcess) -> int:
+    return len(re.findall(r"edge \S+ listening on", edge.log_text()))
+
+
+@pytest.fixture
+def supervised(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
+) -> Iterator[EdgeProcess]:
+    async def register() -> None:
+        bus = open_bus(redis_server.url)
+        try:
+            await bus.register_tenant(TENANT, TOKEN, ttl_s=600)
+        finally:
+            await bus.close()
+
+    asyncio.run(register())
+    edge = edge_factory(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+        },
+        port_env="ANDROID_WS_PORT",
+    )
+    _wait(lambda: _listening_workers(edge) == 2 and len(_children(edge.pid)) == 2)
+    yield edge
+
+
+async def _ready(edge: EdgeProcess) -> DeviceClient:
+    client = await DeviceClient(edge.ws_url + "/ws").connect()
+    ready = await client.hello_pheby(TOKEN)
+    assert ready["type"] == "ready"
+    return client
+
+
+def test_both_workers_answer_devices_on_the_one_port(supervised: EdgeProcess) -> None:
+    workers = _children(supervised.pid)
+    assert len(workers) == 2
+
+    async def each_worker_alone() -> None:
+        # A stopped worker accepts nothing: the device can only be served by the other.
+        for paused in workers:
+            os.kill(paused, signal.SIGSTOP)
+            try:
+                client = await _ready(supervised)
+                await client.close()
+            finally:
+                os.kill(paused, signal.SIGCONT)
+
+    asyncio.run(each_worker_alone())
+
+
+def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
+    supervised: EdgeProcess,
+) -> None:
+    first, second = _children(supervised.pid)
+    os.kill(first, signal.SIGKILL)
+
+    async def meanwhile() -> None:
+        client = await _ready(supervised)
+        await client.close()
+
+    asyncio.run(meanwhile())
+    _wait(lambda: len(_children(supervised.pid)) == 2 and first not in _children(supervised.pid))
+    assert second in _children(supervised.pid)
+    assert "exited with -9; restarting" in supervised.log_text()
+    _wait(lambda: _listening_workers(supervised) == 3)
+
+
+def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_worker(
+    supervised: EdgeProcess,
+) -> None:
+    workers = _children(supervised.pid)
+
+    async def stop_with_a_device_online() -> int | None:
+        client = await _ready(supervised)
+        supervised.process.send_signal(signal.SIGTERM)
+        return await client.wait_closed(timeout=15)
+
+    assert asyncio.run(stop_with_a_device_online()) == 1001
+    _wait(lambda: not supervised.running)
+    assert supervised.process.returncode == 0
+    assert not any(_alive(pid) for pid in workers)
+
+
+def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
+    supervised: EdgeProcess,
+) -> None:
+    workers = _children(supervised.pid)
+    supervised.process.send_signal(signal.SIGKILL)  # the supervisor alone, not its group
+    assert supervised.process.wait(timeout=10) == -signal.SIGKILL
+    _wait(lambda: not any(_alive(pid) for pid in workers))
