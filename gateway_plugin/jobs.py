@@ -21,24 +21,34 @@ class JobQueue:
         self.media_root = media_root
         self._runner: Any = None
         self._pool: Any = None
+        # Where workers report dead FCM tokens: shared with the in-process runner
+        # (embedded) or the Redis set the arq workers write (scaled).
+        self._dead_tokens: Any = None
 
     async def start(self) -> None:
         if self.settings.embedded:
             from workers.config import load_config
             from workers.inprocess import InProcessRunner
+            from workers.push.dead_tokens import MemoryDeadTokens
 
             try:
                 config = load_config(bus_url="memory://", media_root=self.media_root)
             except Exception as exc:
                 log.warning("background jobs disabled: %s", exc)
                 return
-            self._runner = InProcessRunner(config, periodic_retention=False)
+            self._dead_tokens = MemoryDeadTokens()
+            self._runner = InProcessRunner(
+                config, periodic_retention=False, dead_tokens=self._dead_tokens
+            )
             await self._runner.start()
         else:
             from arq import create_pool
             from arq.connections import RedisSettings
 
+            from workers.push.dead_tokens import RedisDeadTokens
+
             self._pool = await create_pool(RedisSettings.from_dsn(self.settings.bus_url))
+            self._dead_tokens = RedisDeadTokens(self._pool)
 
     @property
     def ready(self) -> bool:
@@ -51,6 +61,16 @@ class JobQueue:
             from workers.jobs import enqueue_push
 
             await enqueue_push(self._pool, body)
+
+    async def dead_fcm_tokens(self, tenant: str) -> set[str]:
+        """FCM tokens the workers found dead and the registry still has to drop."""
+        if self._dead_tokens is None:
+            return set()
+        return set(await self._dead_tokens.members(tenant))
+
+    async def forget_dead_fcm_tokens(self, tenant: str, tokens: set[str]) -> None:
+        if self._dead_tokens is not None and tokens:
+            await self._dead_tokens.discard(tenant, tokens)
 
     async def media(self, body: Json) -> Json | None:
         """Run one transcode and wait for its outcome (None when it could not be queued)."""

@@ -143,6 +143,7 @@ class PushScheduler:
         except BusUnavailable:
             online = {}
         await asyncio.sleep(self.c.settings.push_delay_s if online else 0.0)
+        await self.prune_dead_tokens()
         chosen = targets(
             self.c.devices.list(include_revoked=False),
             self.c.outbox.acks(),
@@ -160,6 +161,32 @@ class PushScheduler:
                 )
             except Exception:
                 log.exception("could not queue a push for device %s", target.device_id)
+
+    async def prune_dead_tokens(self) -> None:
+        """Drop the FCM tokens workers found dead (404 UNREGISTERED, a 400 about the token)
+        from the registry, so no later push tries them; a device that registers a token
+        again is pushed again. A Redis error leaves the reports for the next push."""
+        try:
+            dead = await self.c.jobs.dead_fcm_tokens(self.c.tenant)
+            if not dead:
+                return
+            dropped = self.c.devices.drop_fcm_tokens(dead)
+            await self.c.jobs.forget_dead_fcm_tokens(self.c.tenant, dead)
+        except Exception:
+            log.warning(
+                "could not prune dead push tokens; the next push tries again", exc_info=True
+            )
+            return
+        if dropped:
+            log.info("dropped dead FCM tokens of devices %s", ", ".join(dropped))
+
+    async def token_registered(self, token: str) -> None:
+        """A device registered `token` (again): an older report of it being dead must not
+        clear it now."""
+        try:
+            await self.c.jobs.forget_dead_fcm_tokens(self.c.tenant, {token})
+        except Exception:
+            log.warning("could not clear an old dead-token report", exc_info=True)
 
     async def close(self) -> None:
         for task in list(self.pending.values()):

@@ -85,6 +85,10 @@ async def test_dead_tokens_land_in_the_tenants_redis_set(
         await push_notify(job_ctx(res), notification(tenant="acme", idempotency_key="k-dead"))
         assert await redis.smembers("gw:acme:push:dead_tokens") == {b"device-token-1"}
         assert await redis.get("gw:done:k-dead") is not None
+        # What the plugin does once its registry has dropped them.
+        assert await res.dead_tokens.members("acme") == {"device-token-1"}
+        await res.dead_tokens.discard("acme", {"device-token-1"})
+        assert await res.dead_tokens.members("acme") == set()
     finally:
         await res.aclose()
         await redis.delete("gw:done:k-dead", dead_tokens_key("acme"))

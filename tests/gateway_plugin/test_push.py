@@ -1,0 +1,227 @@
+"""Push from the plugin's side (gateway_plugin.push): a real controller on a memory bus,
+its in-process push worker, and a local FCM that answers like the real one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canonical.memory_bus import MemoryBus
+from canonical.settings import load_settings
+from gateway_plugin.controller import Controller
+from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
+
+Json = dict[str, Any]
+TOKEN = "pairing-token-" + "p" * 30
+TENANT = "tenant-p"
+LANE = ["android:default", None]
+
+
+class _Agent:
+    async def wait_ready(self) -> None:
+        return None
+
+    def cron_jobs(self) -> list[Json]:
+        return []
+
+
+async def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    """Poll `check` until it is truthy (awaiting it when it returns an awaitable)."""
+    for _ in range(int(timeout / 0.02)):
+        value = check()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class _Rig:
+    def __init__(self, controller: Controller, bus: MemoryBus) -> None:
+        self.controller = controller
+        self.bus = bus
+        self.replies: list[Json] = []
+        self.queued: list[Json] = []  # every push the scheduler handed to the job queue
+        self.replied = 0
+
+    def on_bus(self, kind: str, channel: str, payload: bytes) -> None:
+        if kind == "direct":
+            self.replies.append(json.loads(payload))
+
+    async def command(self, device_id: str, cmd: str, **args: Any) -> None:
+        """Send one device command and wait until the controller has carried it out."""
+        count = len(self.replies)
+        await self.bus.submit(
+            TENANT,
+            {
+                "cmd": cmd,
+                "edge": "e1",
+                "conn": f"c-{device_id}",
+                "dialect": "iris",
+                "device_id": device_id,
+                "request_id": f"r-{cmd}-{count}",
+                "args": args,
+            },
+        )
+        if cmd not in ("ack", "read.receipt"):  # those are not answered
+            await eventually(lambda: len(self.replies) > count, f"the answer to {cmd}")
+
+    async def hello(self, device_id: str, fcm_token: str | None = None) -> None:
+        await self.command(device_id, "hello", cursor=None, fcm_token=fcm_token)
+
+    def reply_event(self, text: str = "done") -> int:
+        """A finished assistant reply (push-worthy); its cursor."""
+        self.replied += 1
+        reply = {
+            "type": "message.complete",
+            "role": "assistant",
+            "kind": "reply",
+            "lane": LANE,
+            "message_id": f"m{self.replied}",
+            "text": text,
+        }
+        [event] = self.controller.emit([reply])
+        return int(event["cursor"])
+
+    async def decided(self) -> None:
+        """Every push scheduled so far has chosen its devices and been queued."""
+        await eventually(lambda: not self.controller.push.pending, "the push decisions")
+
+    def queued_for(self, device_id: str) -> list[Json]:
+        return [body for body in self.queued if body["device_id"] == device_id]
+
+
+@pytest.fixture(scope="module")
+def _fcm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeFcm, Path]]:
+    with running_fcm(tmp_path_factory.mktemp("fcm")) as running:
+        yield running
+
+
+@pytest.fixture
+def fcm(_fcm_server: tuple[FakeFcm, Path]) -> FakeFcm:
+    _fcm_server[0].reset()
+    return _fcm_server[0]
+
+
+@pytest.fixture
+async def rig(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _fcm_server: tuple[FakeFcm, Path], fcm: FakeFcm
+) -> AsyncIterator[_Rig]:
+    for name in list(os.environ):
+        if name.startswith(("ANDROID_", "NTFY_", "HDG_")):
+            monkeypatch.delenv(name)
+    account = _fcm_server[1]
+    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    monkeypatch.setenv("ANDROID_PUSH_BACKEND", "fcm")
+    monkeypatch.setenv("ANDROID_FCM_SERVICE_ACCOUNT", str(account))
+    monkeypatch.setenv("ANDROID_FCM_API_BASE", fcm.url)
+    bus = MemoryBus()
+    controller = Controller(
+        load_settings({"token": TOKEN, "push_backend": "fcm", "fcm_service_account": str(account)}),
+        bus,
+        tenant=TENANT,
+        token=TOKEN,
+        data_dir=tmp_path / "android",
+        state_db=tmp_path / "state.db",
+        agent=_Agent(),  # type: ignore[arg-type]
+    )
+    made = _Rig(controller, bus)
+    sub = bus.subscription("e1", made.on_bus)
+    await sub.start()
+    await controller.start()
+    queue = controller.push.submit
+    assert queue is not None
+
+    async def recorded(body: Json) -> None:
+        made.queued.append(body)
+        await queue(body)
+
+    controller.push.submit = recorded
+    try:
+        yield made
+    finally:
+        await controller.stop()
+        await sub.close()
+
+
+async def test_a_token_fcm_calls_unregistered_is_dropped_and_not_tried_again(
+    rig: _Rig, fcm: FakeFcm
+) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    fcm.script("phone-token", FcmScript.unregistered())
+    rig.reply_event()
+    await eventually(lambda: fcm.attempts["phone-token"] == 1, "the first push")
+    await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
+
+    rig.reply_event()
+    await rig.decided()
+    assert len(rig.queued_for("phone")) == 1  # only the first
+    phone = rig.controller.devices.get("phone")
+    assert phone is not None and phone.fcm_token is None
+    assert await rig.controller.jobs.dead_fcm_tokens(TENANT) == set()
+    assert fcm.attempts["phone-token"] == 1
+
+
+async def test_a_token_fcm_calls_invalid_is_dropped_too(rig: _Rig, fcm: FakeFcm) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    fcm.script("phone-token", FcmScript.invalid_token())
+    rig.reply_event()
+    await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
+    rig.reply_event()
+    await rig.decided()
+    assert len(rig.queued_for("phone")) == 1
+
+
+async def test_a_device_that_registers_its_token_again_is_pushed_again(
+    rig: _Rig, fcm: FakeFcm
+) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    fcm.script("phone-token", FcmScript.unregistered())
+    rig.reply_event()
+    await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
+    rig.reply_event()
+    await rig.decided()
+    phone = rig.controller.devices.get("phone")
+    assert phone is not None and phone.fcm_token is None
+
+    await rig.command("phone", "fcm.register", token="phone-token")
+    rig.reply_event()
+    await eventually(lambda: fcm.deliveries("phone-token"), "a push to the registered token")
+    assert fcm.attempts["phone-token"] == 2
+
+
+async def test_a_token_registered_again_before_the_report_was_pruned_is_kept(
+    rig: _Rig, fcm: FakeFcm
+) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    fcm.script("phone-token", FcmScript.unregistered())
+    rig.reply_event()
+    await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
+
+    await rig.command("phone", "fcm.register", token="phone-token")
+    rig.reply_event()
+    await eventually(lambda: fcm.deliveries("phone-token"), "a push to the registered token")
+
+
+async def test_a_dead_token_is_dropped_only_from_the_device_that_held_it(
+    rig: _Rig, fcm: FakeFcm
+) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    await rig.hello("tablet", fcm_token="tablet-token")
+    fcm.script("phone-token", FcmScript.unregistered())
+    rig.reply_event()
+    await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
+    await eventually(lambda: fcm.deliveries("tablet-token"), "the tablet's push")
+
+    rig.reply_event()
+    await rig.decided()
+    assert [b["device_id"] for b in rig.queued] == ["tablet", "phone", "tablet"]
+    tablet = rig.controller.devices.get("tablet")
+    assert tablet is not None and tablet.fcm_token == "tablet-token"
