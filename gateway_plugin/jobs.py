@@ -24,11 +24,15 @@ class JobQueue:
         # Where workers report dead FCM tokens: shared with the in-process runner
         # (embedded) or the Redis set the arq workers write (scaled).
         self._dead_tokens: Any = None
+        # How far the tenant's devices have read, for the push jobs to check before
+        # each send (same split as above).
+        self._acks: Any = None
 
     async def start(self) -> None:
         if self.settings.embedded:
             from workers.config import load_config
             from workers.inprocess import InProcessRunner
+            from workers.push.acks import MemoryAcks
             from workers.push.dead_tokens import MemoryDeadTokens
 
             try:
@@ -37,18 +41,21 @@ class JobQueue:
                 log.warning("background jobs disabled: %s", exc)
                 return
             self._dead_tokens = MemoryDeadTokens()
+            self._acks = MemoryAcks()
             self._runner = InProcessRunner(
-                config, periodic_retention=False, dead_tokens=self._dead_tokens
+                config, periodic_retention=False, dead_tokens=self._dead_tokens, acks=self._acks
             )
             await self._runner.start()
         else:
             from arq import create_pool
             from arq.connections import RedisSettings
 
+            from workers.push.acks import RedisAcks
             from workers.push.dead_tokens import RedisDeadTokens
 
             self._pool = await create_pool(RedisSettings.from_dsn(self.settings.bus_url))
             self._dead_tokens = RedisDeadTokens(self._pool)
+            self._acks = RedisAcks(self._pool)
 
     @property
     def ready(self) -> bool:
@@ -61,6 +68,11 @@ class JobQueue:
             from workers.jobs import enqueue_push
 
             await enqueue_push(self._pool, body)
+
+    async def note_ack(self, tenant: str, cursor: int) -> None:
+        """A device has everything up to `cursor`: queued pushes for it are moot."""
+        if self._acks is not None:
+            await self._acks.record(tenant, cursor)
 
     async def dead_fcm_tokens(self, tenant: str) -> set[str]:
         """FCM tokens the workers found dead and the registry still has to drop."""

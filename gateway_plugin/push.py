@@ -113,6 +113,7 @@ class PushScheduler:
         self.c = controller
         self.submit = submit
         self.pending: dict[int, asyncio.Task[None]] = {}
+        self._ack_writes: set[asyncio.Task[None]] = set()
 
     def on_published(self, events: list[Json]) -> None:
         if self.submit is None or self.c.settings.push_backend == "none":
@@ -132,10 +133,23 @@ class PushScheduler:
                 del self.pending[cursor]
 
     def on_ack(self, cursor: int) -> None:
-        """A device has everything up to `cursor`: nothing up to it needs a push."""
+        """A device has everything up to `cursor`: nothing up to it needs a push. Pushes
+        already queued learn it from the ack ledger, which their jobs read before each
+        send attempt."""
         for pending_cursor, task in list(self.pending.items()):
             if pending_cursor <= cursor:
                 task.cancel()
+        if self.submit is None:
+            return
+        write = asyncio.get_running_loop().create_task(self._note_ack(cursor))
+        self._ack_writes.add(write)
+        write.add_done_callback(self._ack_writes.discard)
+
+    async def _note_ack(self, cursor: int) -> None:
+        try:
+            await self.c.jobs.note_ack(self.c.tenant, cursor)
+        except Exception:  # at worst a push the user has read goes out
+            log.warning("could not record an ack for the push workers", exc_info=True)
 
     async def _after_delay(self, event: Json, kind: str, cursor: int) -> None:
         try:
@@ -192,6 +206,8 @@ class PushScheduler:
         for task in list(self.pending.values()):
             task.cancel()
         self.pending.clear()
+        if self._ack_writes:  # short: let them land before the job queue closes
+            await asyncio.wait(set(self._ack_writes), timeout=2.0)
 
 
 def push_submitter(settings: Any, jobs: JobQueue) -> Submit | None:

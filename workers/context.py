@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from .config import WorkerConfig
 from .errors import ConfigError
 from .idempotency import IdempotencyStore, MemoryIdempotencyStore, RedisIdempotencyStore
+from .push.acks import AckLedger, MemoryAcks, RedisAcks
 from .push.classify import PushOutcome
 from .push.dead_tokens import DeadTokenRegistry, MemoryDeadTokens, RedisDeadTokens
 from .push.fcm import FcmSender, ServiceAccount
@@ -45,6 +46,7 @@ class WorkerResources:
     config: WorkerConfig
     idempotency: IdempotencyStore
     dead_tokens: DeadTokenRegistry
+    acks: AckLedger
     http: httpx.AsyncClient
     retry: RetryPolicy
     senders: dict[str, PushSender] = field(default_factory=dict)
@@ -75,6 +77,7 @@ def build_resources(
     http: httpx.AsyncClient | None = None,
     idempotency: IdempotencyStore | None = None,
     dead_tokens: DeadTokenRegistry | None = None,
+    acks: AckLedger | None = None,
 ) -> WorkerResources:
     """Assemble resources: Redis-backed stores when ``redis`` is given, else in-memory.
 
@@ -92,6 +95,8 @@ def build_resources(
         )
     if dead_tokens is None:
         dead_tokens = RedisDeadTokens(redis) if redis is not None else MemoryDeadTokens()
+    if acks is None:
+        acks = RedisAcks(redis) if redis is not None else MemoryAcks()
     senders: dict[str, PushSender] = {
         "ntfy": NtfySender(
             client,
@@ -109,6 +114,7 @@ def build_resources(
         config=config,
         idempotency=idempotency,
         dead_tokens=dead_tokens,
+        acks=acks,
         http=client,
         retry=RetryPolicy(base=config.retry_base_seconds, cap=config.retry_max_seconds),
         senders=senders,

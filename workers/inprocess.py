@@ -35,6 +35,7 @@ from .config import WorkerConfig
 from .context import RESOURCES_KEY, WorkerResources, build_resources
 from .idempotency import IdempotencyStore
 from .jobs import MAINTENANCE_QUEUE, MEDIA_QUEUE, PUSH_QUEUE, JobSpec, job_specs
+from .push.acks import AckLedger
 from .push.dead_tokens import DeadTokenRegistry
 
 __all__ = ["InProcessJob", "InProcessRunner", "JobFailed"]
@@ -83,6 +84,7 @@ class InProcessRunner:
         *,
         idempotency: IdempotencyStore | None = None,
         dead_tokens: DeadTokenRegistry | None = None,
+        acks: AckLedger | None = None,
         http: httpx.AsyncClient | None = None,
         periodic_retention: bool = True,
         sleep: Sleep = asyncio.sleep,
@@ -90,6 +92,7 @@ class InProcessRunner:
         self.config = config
         self._store = idempotency
         self._dead_tokens = dead_tokens
+        self._acks = acks
         self._http = http
         self._periodic_retention = periodic_retention
         self._sleep = sleep
@@ -113,7 +116,11 @@ class InProcessRunner:
         if self._resources is not None:
             return
         self._resources = build_resources(
-            self.config, http=self._http, idempotency=self._store, dead_tokens=self._dead_tokens
+            self.config,
+            http=self._http,
+            idempotency=self._store,
+            dead_tokens=self._dead_tokens,
+            acks=self._acks,
         )
         if self._periodic_retention:
             self._periodic = asyncio.create_task(self._retention_loop(), name="hdg:retention")

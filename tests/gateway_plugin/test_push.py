@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from canonical.memory_bus import MemoryBus
 from canonical.settings import load_settings
@@ -225,3 +226,25 @@ async def test_a_dead_token_is_dropped_only_from_the_device_that_held_it(
     assert [b["device_id"] for b in rig.queued] == ["tablet", "phone", "tablet"]
     tablet = rig.controller.devices.get("tablet")
     assert tablet is not None and tablet.fcm_token == "tablet-token"
+
+
+def pushes_skipped_as_read() -> float:
+    value = REGISTRY.get_sample_value(
+        "hdg_push_results_total", {"backend": "fcm", "outcome": "acked"}
+    )
+    return value or 0.0
+
+
+async def test_a_push_waiting_out_a_retry_after_is_dropped_when_the_user_reads_the_event(
+    rig: _Rig, fcm: FakeFcm
+) -> None:
+    await rig.hello("phone", fcm_token="phone-token")
+    await rig.hello("laptop")
+    fcm.script("phone-token", FcmScript.quota_exceeded(retry_after=1))
+    skipped = pushes_skipped_as_read()
+    cursor = rig.reply_event()
+    await eventually(lambda: fcm.attempts["phone-token"] == 1, "the first, refused attempt")
+
+    await rig.command("laptop", "ack", cursor=cursor)  # read on the laptop meanwhile
+    await eventually(lambda: pushes_skipped_as_read() == skipped + 1, "the retry to stand down")
+    assert fcm.attempts["phone-token"] == 1 and fcm.deliveries("phone-token") == []

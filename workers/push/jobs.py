@@ -1,7 +1,9 @@
 """The ``push_notify`` job: one notification to one device, idempotently.
 
 Flow: validate the payload -> if the idempotency key is marked done, return the
-recorded result -> send -> act on the outcome:
+recorded result -> if a device of the tenant has acknowledged the event's cursor
+meanwhile, return ``acked`` without sending (checked on every try: a retry deferred by
+``Retry-After`` may come after the user read it elsewhere) -> send -> act on the outcome:
 
 * ``delivered`` / ``token_invalid``: mark done (SET NX), record dead FCM tokens in
   ``gw:{tenant}:push:dead_tokens``, return the outcome dict;
@@ -56,6 +58,11 @@ async def _push(res: WorkerResources, job_try: int, payload: dict[str, Any]) -> 
         )
         return {**recorded, "duplicate": True}
 
+    if await _already_read(res, n):
+        PUSH_RESULTS.labels(backend=n.backend, outcome="acked").inc()
+        log.info("push %s skipped: the event was read meanwhile", n.idempotency_key)
+        return _result({"outcome": "acked"}, n, job_try)
+
     outcome: PushOutcome
     try:
         sender = res.sender(n.backend)
@@ -69,14 +76,7 @@ async def _push(res: WorkerResources, job_try: int, payload: dict[str, Any]) -> 
         outcome = Failed(f"gave up after {job_try} tries: {outcome.reason}")
     PUSH_RESULTS.labels(backend=n.backend, outcome=outcome.kind).inc()
 
-    result = {
-        **outcome.to_dict(),
-        "backend": n.backend,
-        "tenant": n.tenant,
-        "device_id": n.device_id,
-        "idempotency_key": n.idempotency_key,
-        "tries": job_try,
-    }
+    result = _result(outcome.to_dict(), n, job_try)
     if isinstance(outcome, RetryAfter):
         raise Retry(defer=res.retry.after(outcome.seconds))
     if isinstance(outcome, RetryLater):
@@ -90,3 +90,21 @@ async def _push(res: WorkerResources, job_try: int, payload: dict[str, Any]) -> 
     else:
         log.warning("push %s failed: %s", n.idempotency_key, outcome.reason)
     return result
+
+
+async def _already_read(res: WorkerResources, n: Notification) -> bool:
+    """A device of the tenant has acknowledged the event this push is about."""
+    if n.cursor is None or not (n.cursor.isascii() and n.cursor.isdigit()):
+        return False
+    return await res.acks.acked(n.tenant) >= int(n.cursor)
+
+
+def _result(outcome: dict[str, Any], n: Notification, job_try: int) -> dict[str, Any]:
+    return {
+        **outcome,
+        "backend": n.backend,
+        "tenant": n.tenant,
+        "device_id": n.device_id,
+        "idempotency_key": n.idempotency_key,
+        "tries": job_try,
+    }

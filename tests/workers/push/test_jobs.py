@@ -15,6 +15,7 @@ from tests.workers.fake_services import FakeFcm, FakeNtfy, FcmScript, NtfyScript
 from tests.workers.helpers import job_ctx, notification
 from workers.config import load_config
 from workers.context import WorkerResources, build_resources
+from workers.push.acks import RedisAcks, acked_key
 from workers.push.dead_tokens import MemoryDeadTokens, RedisDeadTokens, dead_tokens_key
 from workers.push.jobs import push_notify
 
@@ -183,3 +184,43 @@ async def test_the_deep_link_scheme_is_a_setting(
     res = make_resources(ntfy_server_url=ntfy.url, deep_link_scheme="acme-chat")
     await push_notify(job_ctx(res), notification(backend="ntfy", token_or_topic="t"))
     assert ntfy.published[0]["click"] == "acme-chat://chat/chat-42"
+
+
+async def test_a_retry_after_an_ack_of_its_event_is_not_sent(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    fcm.script("device-token-1", FcmScript.quota_exceeded(retry_after=1))
+    with pytest.raises(Retry):
+        await push_notify(job_ctx(fcm_resources), notification(tenant="acme", cursor="17"))
+    before = results("fcm", "acked")
+    await fcm_resources.acks.record("acme", 17)  # read on another device meanwhile
+
+    result = await push_notify(job_ctx(fcm_resources, job_try=2), notification(tenant="acme"))
+    assert result["outcome"] == "acked" and result["tries"] == 2
+    assert fcm.attempts["device-token-1"] == 1 and fcm.deliveries("device-token-1") == []
+    assert results("fcm", "acked") == before + 1
+
+
+async def test_an_ack_of_an_earlier_event_or_another_tenant_does_not_stop_a_push(
+    fcm_resources: WorkerResources, fcm: FakeFcm
+) -> None:
+    await fcm_resources.acks.record("acme", 16)
+    await fcm_resources.acks.record("other", 99)
+    result = await push_notify(job_ctx(fcm_resources), notification(tenant="acme", cursor="17"))
+    assert result["outcome"] == "delivered"
+
+
+async def test_the_redis_ack_ledger_only_ever_rises(redis_server: RedisServer) -> None:
+    redis = Redis.from_url(redis_server.url_for_db(3))
+    ledger = RedisAcks(redis)
+    try:
+        await redis.delete(acked_key("acme"))
+        assert await ledger.acked("acme") == 0
+        await ledger.record("acme", 40)
+        await ledger.record("acme", 12)  # another device, further behind
+        assert await ledger.acked("acme") == 40
+        await ledger.record("acme", 41)
+        assert await ledger.acked("acme") == 41 and await ledger.acked("other") == 0
+    finally:
+        await redis.delete(acked_key("acme"))
+        await redis.aclose()
