@@ -3,7 +3,9 @@ functions on the in-process runner in embedded mode. Push and media both go thro
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,13 @@ log = logging.getLogger("hdg.plugin.jobs")
 
 Json = dict[str, Any]
 MEDIA_RESULT_TIMEOUT_S = 600.0
+# A Redis blip (failover, restart) while queueing a push: 6 tries over about 2-3 s.
+ENQUEUE_TRIES = 6
+
+
+def enqueue_backoff(attempt: int) -> float:
+    """Seconds before enqueue try `attempt + 1`: 0.1 s doubling, capped at 1.6 s."""
+    return float(min(0.1 * 2 ** (attempt - 1), 1.6))
 
 
 class JobQueue:
@@ -61,13 +70,37 @@ class JobQueue:
     def ready(self) -> bool:
         return self._runner is not None or self._pool is not None
 
-    async def push(self, body: Json) -> None:
+    async def push(self, body: Json, delay: float = 0.0) -> None:
+        """Queue one push to run `delay` seconds from now. On Redis the delay is an arq
+        deferred job, so it outlives this process; a failed enqueue is tried again for a
+        few seconds (the job id makes a repeat of one that did land harmless)."""
         if self._runner is not None:
-            self._runner.submit_push(body)
+            self._runner.submit_push(body, defer=delay)
         elif self._pool is not None:
-            from workers.jobs import enqueue_push
+            await self._enqueue_push(body, datetime.now(UTC) + timedelta(seconds=delay))
 
-            await enqueue_push(self._pool, body)
+    async def _enqueue_push(self, body: Json, not_before: datetime) -> None:
+        from redis.exceptions import ConnectionError as RedisConnectionError
+        from redis.exceptions import TimeoutError as RedisTimeoutError
+
+        from workers.jobs import enqueue_push
+
+        for attempt in range(1, ENQUEUE_TRIES + 1):
+            try:
+                await enqueue_push(self._pool, body, not_before=not_before)
+                return
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if attempt == ENQUEUE_TRIES:
+                    raise
+                wait = enqueue_backoff(attempt)
+                log.warning(
+                    "queueing a push failed (%s); try %d of %d in %.1fs",
+                    type(exc).__name__,
+                    attempt + 1,
+                    ENQUEUE_TRIES,
+                    wait,
+                )
+                await asyncio.sleep(wait)
 
     async def note_ack(self, tenant: str, cursor: int) -> None:
         """A device has everything up to `cursor`: queued pushes for it are moot."""

@@ -2,10 +2,12 @@
 
 A completed reply, an approval request, a clarification and a cron delivery are pushed
 only if no device acknowledged the event (iris `ack`/`read.receipt`, or a later hello
-cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. An ack during the
-delay cancels the push. Payloads carry no message content unless `ANDROID_PUSH_PREVIEW`
-is on. The send itself is an idempotent worker job (arq in scaled mode, the same job
-function in-process in embedded mode).
+cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. The push is
+queued at once as a job deferred by that delay (arq keeps it in Redis, so a restart of
+the gateway does not drop it); the job checks the acks the plugin records before each
+send attempt, so an ack during the delay cancels it. Payloads carry no message content
+unless `ANDROID_PUSH_PREVIEW` is on. The send itself is an idempotent worker job (arq in
+scaled mode, the same job function in-process in embedded mode).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("hdg.plugin.push")
 
 Json = dict[str, Any]
-Submit = Callable[[Json], Awaitable[None]]
+Submit = Callable[[Json, float], Awaitable[None]]  # a push, and its delay in seconds
+CLOSE_WAIT_S = 5.0
 
 PREVIEW_CHARS = 120
 _TITLES = {
@@ -123,7 +126,7 @@ class PushScheduler:
             cursor = event.get("cursor")
             if kind is None or not isinstance(cursor, int) or cursor in self.pending:
                 continue
-            task = asyncio.get_running_loop().create_task(self._after_delay(event, kind, cursor))
+            task = asyncio.get_running_loop().create_task(self._schedule(event, kind, cursor))
             self.pending[cursor] = task
             task.add_done_callback(self._forget)
 
@@ -151,12 +154,12 @@ class PushScheduler:
         except Exception:  # at worst a push the user has read goes out
             log.warning("could not record an ack for the push workers", exc_info=True)
 
-    async def _after_delay(self, event: Json, kind: str, cursor: int) -> None:
+    async def _schedule(self, event: Json, kind: str, cursor: int) -> None:
         try:
             online = await self.c.bus.presence(self.c.tenant)
         except BusUnavailable:
             online = {}
-        await asyncio.sleep(self.c.settings.push_delay_s if online else 0.0)
+        delay = self.c.settings.push_delay_s if online else 0.0
         await self.prune_dead_tokens()
         chosen = targets(
             self.c.devices.list(include_revoked=False),
@@ -171,7 +174,8 @@ class PushScheduler:
                 await self.submit(
                     notification(
                         self.c.tenant, target, event, kind, preview=self.c.settings.push_preview
-                    )
+                    ),
+                    delay,
                 )
             except Exception:
                 log.exception("could not queue a push for device %s", target.device_id)
@@ -203,6 +207,11 @@ class PushScheduler:
             log.warning("could not clear an old dead-token report", exc_info=True)
 
     async def close(self) -> None:
+        # Deciding and queueing takes milliseconds (the delay is the job's): let the
+        # pushes of the last events get queued rather than drop them at shutdown.
+        pending = set(self.pending.values())
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
         for task in list(self.pending.values()):
             task.cancel()
         self.pending.clear()

@@ -11,12 +11,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from arq import Worker, func
+from arq.connections import RedisSettings
 from prometheus_client import REGISTRY
 
+from canonical.bus import Bus, Subscription
 from canonical.memory_bus import MemoryBus
+from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
+from gateway_plugin.jobs import JobQueue
+from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
+from workers.config import load_config
+from workers.context import RESOURCES_KEY, build_resources, resources
+from workers.jobs import PUSH_QUEUE
+from workers.push.jobs import push_notify
 
 Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
@@ -45,7 +55,9 @@ async def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0)
 
 
 class _Rig:
-    def __init__(self, controller: Controller, bus: MemoryBus) -> None:
+    subscription: Subscription
+
+    def __init__(self, controller: Controller, bus: Bus) -> None:
         self.controller = controller
         self.bus = bus
         self.replies: list[Json] = []
@@ -112,44 +124,63 @@ def fcm(_fcm_server: tuple[FakeFcm, Path]) -> FakeFcm:
 
 
 @pytest.fixture
-async def rig(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _fcm_server: tuple[FakeFcm, Path], fcm: FakeFcm
-) -> AsyncIterator[_Rig]:
+def fcm_account(
+    monkeypatch: pytest.MonkeyPatch, _fcm_server: tuple[FakeFcm, Path], fcm: FakeFcm
+) -> Path:
+    """The plugin's and its workers' environment: FCM at the local fake, nothing else."""
     for name in list(os.environ):
         if name.startswith(("ANDROID_", "NTFY_", "HDG_")):
             monkeypatch.delenv(name)
-    account = _fcm_server[1]
     monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
     monkeypatch.setenv("ANDROID_PUSH_BACKEND", "fcm")
-    monkeypatch.setenv("ANDROID_FCM_SERVICE_ACCOUNT", str(account))
+    monkeypatch.setenv("ANDROID_FCM_SERVICE_ACCOUNT", str(_fcm_server[1]))
     monkeypatch.setenv("ANDROID_FCM_API_BASE", fcm.url)
-    bus = MemoryBus()
-    controller = Controller(
-        load_settings({"token": TOKEN, "push_backend": "fcm", "fcm_service_account": str(account)}),
-        bus,
-        tenant=TENANT,
-        token=TOKEN,
-        data_dir=tmp_path / "android",
-        state_db=tmp_path / "state.db",
-        agent=_Agent(),  # type: ignore[arg-type]
-    )
-    made = _Rig(controller, bus)
-    sub = bus.subscription("e1", made.on_bus)
-    await sub.start()
-    await controller.start()
-    queue = controller.push.submit
-    assert queue is not None
+    return _fcm_server[1]
 
-    async def recorded(body: Json) -> None:
-        made.queued.append(body)
-        await queue(body)
 
-    controller.push.submit = recorded
-    try:
-        yield made
-    finally:
-        await controller.stop()
-        await sub.close()
+@pytest.fixture
+async def make_rig(tmp_path: Path, fcm_account: Path) -> AsyncIterator[Callable[..., Any]]:
+    """Start a controller (on a memory bus unless given one) whose pushes are recorded."""
+    made: list[_Rig] = []
+
+    async def make(bus: Bus | None = None, **settings: Any) -> _Rig:
+        bus = bus or MemoryBus()
+        extra = {"token": TOKEN, "push_backend": "fcm", "fcm_service_account": str(fcm_account)}
+        controller = Controller(
+            load_settings({**extra, **settings}),
+            bus,
+            tenant=TENANT,
+            token=TOKEN,
+            data_dir=tmp_path / "android",
+            state_db=tmp_path / "state.db",
+            agent=_Agent(),  # type: ignore[arg-type]
+        )
+        rig = _Rig(controller, bus)
+        rig.subscription = bus.subscription("e1", rig.on_bus)
+        await rig.subscription.start()
+        await controller.start()
+        queue = controller.push.submit
+        assert queue is not None
+
+        async def recorded(body: Json, delay: float) -> None:
+            rig.queued.append(body)
+            await queue(body, delay)
+
+        controller.push.submit = recorded
+        made.append(rig)
+        return rig
+
+    yield make
+    for rig in made:
+        if rig.controller.running:
+            await rig.controller.stop()
+        await rig.subscription.close()
+
+
+@pytest.fixture
+async def rig(make_rig: Callable[..., Any]) -> _Rig:
+    made: _Rig = await make_rig()
+    return made
 
 
 async def test_a_token_fcm_calls_unregistered_is_dropped_and_not_tried_again(
@@ -248,3 +279,85 @@ async def test_a_push_waiting_out_a_retry_after_is_dropped_when_the_user_reads_t
     await rig.command("laptop", "ack", cursor=cursor)  # read on the laptop meanwhile
     await eventually(lambda: pushes_skipped_as_read() == skipped + 1, "the retry to stand down")
     assert fcm.attempts["phone-token"] == 1 and fcm.deliveries("phone-token") == []
+
+
+# -- scaled: pushes are arq jobs in Redis ----------------------------------------------------
+
+
+async def run_push_worker(url: str) -> None:
+    """An arq worker on the push queue until the queue is empty, deferred jobs included."""
+    config = load_config(bus_url=url)
+
+    async def startup(ctx: dict[str, Any]) -> None:
+        ctx[RESOURCES_KEY] = build_resources(config, redis=ctx["redis"])
+
+    async def shutdown(ctx: dict[str, Any]) -> None:
+        await resources(ctx).aclose()
+
+    worker = Worker(
+        functions=[func(push_notify, name="push_notify")],
+        queue_name=PUSH_QUEUE,
+        redis_settings=RedisSettings.from_dsn(url),
+        on_startup=startup,
+        on_shutdown=shutdown,
+        burst=True,
+        poll_delay=0.05,
+        handle_signals=False,
+    )
+    try:
+        await asyncio.wait_for(worker.main(), 30)
+    finally:
+        await worker.close()
+
+
+async def test_a_delayed_push_outlives_a_restart_of_the_gateway(
+    make_rig: Callable[..., Any], redis_factory: Callable[..., RedisServer], fcm: FakeFcm
+) -> None:
+    redis = redis_factory()
+    bus = RedisBus(redis.url)
+    try:
+        rig: _Rig = await make_rig(bus, bus_url=redis.url, push_delay_s=1.0)
+        rig.controller.devices.seen("phone", fcm_token="phone-token")
+        await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
+        rig.reply_event()  # someone is online: the push waits a second for an ack
+        await rig.controller.stop()  # ...and the gateway restarts meanwhile
+
+        await run_push_worker(redis.url)
+        assert len(fcm.deliveries("phone-token")) == 1
+    finally:
+        await bus.close()
+
+
+async def test_queueing_a_push_rides_out_a_redis_restart(
+    redis_factory: Callable[..., RedisServer], fcm: FakeFcm, fcm_account: Path, tmp_path: Path
+) -> None:
+    redis = redis_factory()
+    settings = load_settings({"token": TOKEN, "bus_url": redis.url, "push_backend": "fcm"})
+    queue = JobQueue(settings, tmp_path / "media")
+    await queue.start()
+    try:
+        redis.stop()
+        queued = asyncio.create_task(queue.push(push_body("phone-token")))
+        await eventually(lambda: not redis.ping(), "Redis to be down")
+        await asyncio.sleep(0.2)  # a try or two fail meanwhile
+        redis.restart()
+        await asyncio.wait_for(queued, 15)
+        await run_push_worker(redis.url)
+        assert len(fcm.deliveries("phone-token")) == 1
+    finally:
+        await queue.close()
+
+
+def push_body(token: str) -> Json:
+    return {
+        "idempotency_key": f"{TENANT}:phone:1",
+        "tenant": TENANT,
+        "device_id": "phone",
+        "backend": "fcm",
+        "token_or_topic": token,
+        "kind": "reply",
+        "chat_id": "android:default",
+        "thread_id": None,
+        "cursor": "1",
+        "title": "New reply",
+    }
