@@ -31,6 +31,7 @@ __all__ = ["RESOURCES_KEY", "PushSender", "WorkerResources", "build_resources", 
 log = logging.getLogger(__name__)
 
 RESOURCES_KEY = "hdg"
+MAX_UNSENT_RECORDS = 10_000
 
 
 class PushSender(Protocol):
@@ -51,6 +52,14 @@ class WorkerResources:
     retry: RetryPolicy
     senders: dict[str, PushSender] = field(default_factory=dict)
     owns_http: bool = True
+    # Pushes that went out whose records (done marker, dead token) Redis refused, by
+    # idempotency key: the job's retry writes them instead of sending again.
+    unsent_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def remember_unsent_record(self, key: str, result: dict[str, Any]) -> None:
+        self.unsent_records[key] = result
+        while len(self.unsent_records) > MAX_UNSENT_RECORDS:  # Redis down for long
+            del self.unsent_records[next(iter(self.unsent_records))]
 
     def sender(self, backend: str) -> PushSender:
         """The sender for ``backend``; ConfigError naming the missing setting if absent."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from redis.asyncio import Redis
 from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FakeNtfy, FcmScript, NtfyScript
 from tests.workers.helpers import job_ctx, notification
-from workers.config import load_config
+from workers.config import WorkerConfig, load_config
 from workers.context import WorkerResources, build_resources
 from workers.push.acks import RedisAcks, acked_key
 from workers.push.dead_tokens import MemoryDeadTokens, RedisDeadTokens, dead_tokens_key
@@ -224,3 +225,109 @@ async def test_the_redis_ack_ledger_only_ever_rises(redis_server: RedisServer) -
     finally:
         await redis.delete(acked_key("acme"))
         await redis.aclose()
+
+
+# -- Redis failing under a job -------------------------------------------------------------
+
+
+@pytest.fixture
+async def flaky_redis(
+    redis_factory: Callable[..., RedisServer],
+    make_config: Callable[..., WorkerConfig],
+    fcm: FakeFcm,
+    service_account_file: Path,
+) -> AsyncIterator[tuple[RedisServer, WorkerResources]]:
+    """A private Redis the test may stop and restart, and resources backed by it."""
+    server = redis_factory()
+    redis = Redis.from_url(server.url)
+    config = make_config(
+        bus_url=server.url, fcm_service_account=service_account_file, fcm_api_base=fcm.url
+    )
+    res = build_resources(config, redis=redis)
+    try:
+        yield server, res
+    finally:
+        await res.aclose()
+        await redis.aclose()
+
+
+async def test_a_redis_failure_before_sending_retries_with_backoff_and_sends_nothing(
+    flaky_redis: tuple[RedisServer, WorkerResources], fcm: FakeFcm
+) -> None:
+    server, res = flaky_redis
+    server.stop()
+    before = results("fcm", "retry")
+    with pytest.raises(Retry) as raised:
+        await push_notify(job_ctx(res), notification())
+    assert raised.value.defer_score is not None and raised.value.defer_score >= 1_000
+    assert fcm.attempts["device-token-1"] == 0 and results("fcm", "retry") == before + 1
+
+    server.restart()
+    result = await push_notify(job_ctx(res, job_try=2), notification())
+    assert result["outcome"] == "delivered" and len(fcm.deliveries("device-token-1")) == 1
+
+
+async def test_a_redis_failure_after_sending_retries_without_sending_again(
+    flaky_redis: tuple[RedisServer, WorkerResources], fcm: FakeFcm
+) -> None:
+    server, res = flaky_redis
+    fcm.send_delay = 0.5  # Redis goes down while FCM is answering
+    first = asyncio.create_task(push_notify(job_ctx(res), notification()))
+    await eventually(lambda: fcm.attempts["device-token-1"] == 1, "the send")
+    server.stop()
+    with pytest.raises(Retry):
+        await first
+
+    server.restart()
+    result = await push_notify(job_ctx(res, job_try=2), notification())
+    assert result["outcome"] == "delivered" and result["tries"] == 1
+    assert fcm.attempts["device-token-1"] == 1
+    assert await res.idempotency.get("msg-1:dev-1") == result  # the done marker, at last
+
+
+async def test_a_dead_token_found_before_redis_failed_is_still_reported(
+    flaky_redis: tuple[RedisServer, WorkerResources], fcm: FakeFcm
+) -> None:
+    server, res = flaky_redis
+    fcm.send_delay = 0.5
+    fcm.script("device-token-1", FcmScript.unregistered())
+    first = asyncio.create_task(push_notify(job_ctx(res), notification(tenant="acme")))
+    await eventually(lambda: fcm.attempts["device-token-1"] == 1, "the send")
+    server.stop()
+    with pytest.raises(Retry):
+        await first
+
+    server.restart()
+    result = await push_notify(job_ctx(res, job_try=2), notification(tenant="acme"))
+    assert result["outcome"] == "token_invalid" and fcm.attempts["device-token-1"] == 1
+    assert await res.dead_tokens.members("acme") == {"device-token-1"}
+
+
+async def test_redis_down_on_the_last_try_ends_the_job_as_failed(
+    flaky_redis: tuple[RedisServer, WorkerResources], fcm: FakeFcm
+) -> None:
+    server, res = flaky_redis
+    server.stop()
+    tries = res.config.push_max_tries
+    result = await push_notify(job_ctx(res, job_try=tries), notification())
+    assert result["outcome"] == "failed"
+    assert result["reason"] == f"gave up after {tries} tries: Redis unavailable (ConnectionError)"
+    assert fcm.attempts["device-token-1"] == 0
+
+
+async def eventually(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    for _ in range(int(timeout / 0.01)):
+        if check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_pushes_awaiting_their_records_are_bounded_oldest_first(
+    make_resources: MakeResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("workers.context.MAX_UNSENT_RECORDS", 2)
+    res = make_resources()
+    for key in ("k1", "k2", "k3"):
+        res.remember_unsent_record(key, {"outcome": "delivered"})
+    assert list(res.unsent_records) == ["k2", "k3"]
