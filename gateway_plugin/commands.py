@@ -174,7 +174,9 @@ class CommandHandler:
             self.c.push.on_ack(cursor)
 
     async def cmd_fcm_register(self, command: Json, args: Json) -> None:
-        known = self.c.devices.set_push(str(command.get("device_id")), fcm_token=str(args["token"]))
+        token = str(args["token"])
+        await self.c.push.token_registered(token)
+        known = self.c.devices.set_push(str(command.get("device_id")), fcm_token=token)
         if not known:
             raise CommandError("not_found", "this device has not said hello")
         await self.c.reply(

@@ -169,6 +169,22 @@ class DeviceRegistry:
             )
         return cur.rowcount > 0
 
+    def drop_fcm_tokens(self, tokens: set[str]) -> list[str]:
+        """Clear push tokens FCM called dead; the ids of the devices that held them.
+
+        Only the dead token itself is cleared: a device that registered a new one since
+        keeps it, and one that registers again later is pushed again."""
+        if not tokens:
+            return []
+        marks = ",".join("?" * len(tokens))
+        with self._lock:
+            rows = self._db.execute(
+                f"UPDATE devices SET fcm_token = NULL WHERE fcm_token IN ({marks}) "
+                "RETURNING device_id",
+                tuple(tokens),
+            ).fetchall()
+        return sorted(str(row[0]) for row in rows)
+
     def list(self, *, include_revoked: bool = True) -> list[Device]:
         query = f"SELECT {_COLUMNS} FROM devices"
         if not include_revoked:

@@ -2,10 +2,12 @@
 
 A completed reply, an approval request, a clarification and a cron delivery are pushed
 only if no device acknowledged the event (iris `ack`/`read.receipt`, or a later hello
-cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. An ack during the
-delay cancels the push. Payloads carry no message content unless `ANDROID_PUSH_PREVIEW`
-is on. The send itself is an idempotent worker job (arq in scaled mode, the same job
-function in-process in embedded mode).
+cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. The push is
+queued at once as a job deferred by that delay (arq keeps it in Redis, so a restart of
+the gateway does not drop it); the job checks the acks the plugin records before each
+send attempt, so an ack during the delay cancels it. Payloads carry no message content
+unless `ANDROID_PUSH_PREVIEW` is on. The send itself is an idempotent worker job (arq in
+scaled mode, the same job function in-process in embedded mode).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("hdg.plugin.push")
 
 Json = dict[str, Any]
-Submit = Callable[[Json], Awaitable[None]]
+Submit = Callable[[Json, float], Awaitable[None]]  # a push, and its delay in seconds
+CLOSE_WAIT_S = 5.0
 
 PREVIEW_CHARS = 120
 _TITLES = {
@@ -113,6 +116,7 @@ class PushScheduler:
         self.c = controller
         self.submit = submit
         self.pending: dict[int, asyncio.Task[None]] = {}
+        self._ack_writes: set[asyncio.Task[None]] = set()
 
     def on_published(self, events: list[Json]) -> None:
         if self.submit is None or self.c.settings.push_backend == "none":
@@ -122,7 +126,7 @@ class PushScheduler:
             cursor = event.get("cursor")
             if kind is None or not isinstance(cursor, int) or cursor in self.pending:
                 continue
-            task = asyncio.get_running_loop().create_task(self._after_delay(event, kind, cursor))
+            task = asyncio.get_running_loop().create_task(self._schedule(event, kind, cursor))
             self.pending[cursor] = task
             task.add_done_callback(self._forget)
 
@@ -132,17 +136,31 @@ class PushScheduler:
                 del self.pending[cursor]
 
     def on_ack(self, cursor: int) -> None:
-        """A device has everything up to `cursor`: nothing up to it needs a push."""
+        """A device has everything up to `cursor`: nothing up to it needs a push. Pushes
+        already queued learn it from the ack ledger, which their jobs read before each
+        send attempt."""
         for pending_cursor, task in list(self.pending.items()):
             if pending_cursor <= cursor:
                 task.cancel()
+        if self.submit is None:
+            return
+        write = asyncio.get_running_loop().create_task(self._note_ack(cursor))
+        self._ack_writes.add(write)
+        write.add_done_callback(self._ack_writes.discard)
 
-    async def _after_delay(self, event: Json, kind: str, cursor: int) -> None:
+    async def _note_ack(self, cursor: int) -> None:
+        try:
+            await self.c.jobs.note_ack(self.c.tenant, cursor)
+        except Exception:  # at worst a push the user has read goes out
+            log.warning("could not record an ack for the push workers", exc_info=True)
+
+    async def _schedule(self, event: Json, kind: str, cursor: int) -> None:
         try:
             online = await self.c.bus.presence(self.c.tenant)
         except BusUnavailable:
             online = {}
-        await asyncio.sleep(self.c.settings.push_delay_s if online else 0.0)
+        delay = self.c.settings.push_delay_s if online else 0.0
+        await self.prune_dead_tokens()
         chosen = targets(
             self.c.devices.list(include_revoked=False),
             self.c.outbox.acks(),
@@ -156,15 +174,49 @@ class PushScheduler:
                 await self.submit(
                     notification(
                         self.c.tenant, target, event, kind, preview=self.c.settings.push_preview
-                    )
+                    ),
+                    delay,
                 )
             except Exception:
                 log.exception("could not queue a push for device %s", target.device_id)
 
+    async def prune_dead_tokens(self) -> None:
+        """Drop the FCM tokens workers found dead (404 UNREGISTERED, a 400 about the token)
+        from the registry, so no later push tries them; a device that registers a token
+        again is pushed again. A Redis error leaves the reports for the next push."""
+        try:
+            dead = await self.c.jobs.dead_fcm_tokens(self.c.tenant)
+            if not dead:
+                return
+            dropped = self.c.devices.drop_fcm_tokens(dead)
+            await self.c.jobs.forget_dead_fcm_tokens(self.c.tenant, dead)
+        except Exception:
+            log.warning(
+                "could not prune dead push tokens; the next push tries again", exc_info=True
+            )
+            return
+        if dropped:
+            log.info("dropped dead FCM tokens of devices %s", ", ".join(dropped))
+
+    async def token_registered(self, token: str) -> None:
+        """A device registered `token` (again): an older report of it being dead must not
+        clear it now."""
+        try:
+            await self.c.jobs.forget_dead_fcm_tokens(self.c.tenant, {token})
+        except Exception:
+            log.warning("could not clear an old dead-token report", exc_info=True)
+
     async def close(self) -> None:
+        # Deciding and queueing takes milliseconds (the delay is the job's): let the
+        # pushes of the last events get queued rather than drop them at shutdown.
+        pending = set(self.pending.values())
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
         for task in list(self.pending.values()):
             task.cancel()
         self.pending.clear()
+        if self._ack_writes:  # short: let them land before the job queue closes
+            await asyncio.wait(set(self._ack_writes), timeout=2.0)
 
 
 def push_submitter(settings: Any, jobs: JobQueue) -> Submit | None:

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from .config import WorkerConfig
 from .errors import ConfigError
 from .idempotency import IdempotencyStore, MemoryIdempotencyStore, RedisIdempotencyStore
+from .push.acks import AckLedger, MemoryAcks, RedisAcks
 from .push.classify import PushOutcome
 from .push.dead_tokens import DeadTokenRegistry, MemoryDeadTokens, RedisDeadTokens
 from .push.fcm import FcmSender, ServiceAccount
@@ -30,6 +31,7 @@ __all__ = ["RESOURCES_KEY", "PushSender", "WorkerResources", "build_resources", 
 log = logging.getLogger(__name__)
 
 RESOURCES_KEY = "hdg"
+MAX_UNSENT_RECORDS = 10_000
 
 
 class PushSender(Protocol):
@@ -45,10 +47,19 @@ class WorkerResources:
     config: WorkerConfig
     idempotency: IdempotencyStore
     dead_tokens: DeadTokenRegistry
+    acks: AckLedger
     http: httpx.AsyncClient
     retry: RetryPolicy
     senders: dict[str, PushSender] = field(default_factory=dict)
     owns_http: bool = True
+    # Pushes that went out whose records (done marker, dead token) Redis refused, by
+    # idempotency key: the job's retry writes them instead of sending again.
+    unsent_records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def remember_unsent_record(self, key: str, result: dict[str, Any]) -> None:
+        self.unsent_records[key] = result
+        while len(self.unsent_records) > MAX_UNSENT_RECORDS:  # Redis down for long
+            del self.unsent_records[next(iter(self.unsent_records))]
 
     def sender(self, backend: str) -> PushSender:
         """The sender for ``backend``; ConfigError naming the missing setting if absent."""
@@ -75,6 +86,7 @@ def build_resources(
     http: httpx.AsyncClient | None = None,
     idempotency: IdempotencyStore | None = None,
     dead_tokens: DeadTokenRegistry | None = None,
+    acks: AckLedger | None = None,
 ) -> WorkerResources:
     """Assemble resources: Redis-backed stores when ``redis`` is given, else in-memory.
 
@@ -92,6 +104,8 @@ def build_resources(
         )
     if dead_tokens is None:
         dead_tokens = RedisDeadTokens(redis) if redis is not None else MemoryDeadTokens()
+    if acks is None:
+        acks = RedisAcks(redis) if redis is not None else MemoryAcks()
     senders: dict[str, PushSender] = {
         "ntfy": NtfySender(
             client,
@@ -109,6 +123,7 @@ def build_resources(
         config=config,
         idempotency=idempotency,
         dead_tokens=dead_tokens,
+        acks=acks,
         http=client,
         retry=RetryPolicy(base=config.retry_base_seconds, cap=config.retry_max_seconds),
         senders=senders,

@@ -6,8 +6,9 @@ process. It builds the same ``ctx`` (resources under ``ctx["hdg"]``, ``job_id``,
 raise, applies the same per-job timeouts and max tries, and keeps the queues apart:
 each queue has its own concurrency limit, so transcodes never hold up pushes.
 
-Differences from arq, by design: nothing is durable (jobs still queued or backing off
-when the process stops are lost; the gateway re-sends on reconnect), and duplicates
+Differences from arq, by design: nothing is durable (jobs still queued, deferred or
+backing off when the process stops are lost, a push delay included; devices replay
+what they missed when they reconnect), and duplicates
 are dropped only while a job with the same id is pending or running (the idempotency
 store then covers finished ones).
 
@@ -35,6 +36,7 @@ from .config import WorkerConfig
 from .context import RESOURCES_KEY, WorkerResources, build_resources
 from .idempotency import IdempotencyStore
 from .jobs import MAINTENANCE_QUEUE, MEDIA_QUEUE, PUSH_QUEUE, JobSpec, job_specs
+from .push.acks import AckLedger
 from .push.dead_tokens import DeadTokenRegistry
 
 __all__ = ["InProcessJob", "InProcessRunner", "JobFailed"]
@@ -83,6 +85,7 @@ class InProcessRunner:
         *,
         idempotency: IdempotencyStore | None = None,
         dead_tokens: DeadTokenRegistry | None = None,
+        acks: AckLedger | None = None,
         http: httpx.AsyncClient | None = None,
         periodic_retention: bool = True,
         sleep: Sleep = asyncio.sleep,
@@ -90,6 +93,7 @@ class InProcessRunner:
         self.config = config
         self._store = idempotency
         self._dead_tokens = dead_tokens
+        self._acks = acks
         self._http = http
         self._periodic_retention = periodic_retention
         self._sleep = sleep
@@ -113,7 +117,11 @@ class InProcessRunner:
         if self._resources is not None:
             return
         self._resources = build_resources(
-            self.config, http=self._http, idempotency=self._store, dead_tokens=self._dead_tokens
+            self.config,
+            http=self._http,
+            idempotency=self._store,
+            dead_tokens=self._dead_tokens,
+            acks=self._acks,
         )
         if self._periodic_retention:
             self._periodic = asyncio.create_task(self._retention_loop(), name="hdg:retention")
@@ -154,8 +162,11 @@ class InProcessRunner:
 
     # -- submitting ---------------------------------------------------------------------
 
-    def submit(self, function: str, *args: Any, job_id: str | None = None) -> InProcessJob | None:
-        """Start ``function(ctx, *args)``; ``None`` if ``job_id`` is pending or running."""
+    def submit(
+        self, function: str, *args: Any, job_id: str | None = None, defer: float = 0.0
+    ) -> InProcessJob | None:
+        """Start ``function(ctx, *args)`` after ``defer`` seconds; ``None`` if ``job_id`` is
+        pending or running."""
         if self._closed:
             raise RuntimeError("the runner is closed")
         if self._resources is None:
@@ -169,14 +180,19 @@ class InProcessRunner:
             return None
         job = InProcessJob(job_id, function)
         self._jobs[job_id] = job
-        task = asyncio.create_task(self._execute(spec, job, args), name=f"hdg:{job_id}")
+        task = asyncio.create_task(self._execute(spec, job, args, defer), name=f"hdg:{job_id}")
         self._tasks.add(task)
         task.add_done_callback(self._forget(job_id, job))
         return job
 
-    def submit_push(self, notification: Mapping[str, Any]) -> InProcessJob | None:
+    def submit_push(
+        self, notification: Mapping[str, Any], defer: float = 0.0
+    ) -> InProcessJob | None:
         return self.submit(
-            "push_notify", dict(notification), job_id=f"push:{notification['idempotency_key']}"
+            "push_notify",
+            dict(notification),
+            job_id=f"push:{notification['idempotency_key']}",
+            defer=defer,
         )
 
     def submit_media(self, job: Mapping[str, Any]) -> InProcessJob | None:
@@ -200,8 +216,12 @@ class InProcessRunner:
 
     # -- execution ----------------------------------------------------------------------
 
-    async def _execute(self, spec: JobSpec, job: InProcessJob, args: tuple[Any, ...]) -> None:
+    async def _execute(
+        self, spec: JobSpec, job: InProcessJob, args: tuple[Any, ...], defer: float = 0.0
+    ) -> None:
         enqueued = datetime.now(UTC)
+        if defer > 0:
+            await self._sleep(defer)
         job_try = 0
         while True:
             job_try += 1

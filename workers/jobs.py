@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from arq import ArqRedis
@@ -70,11 +71,19 @@ def job_specs(config: WorkerConfig) -> dict[str, JobSpec]:
     return {spec.name: spec for spec in specs}
 
 
-async def enqueue_push(redis: ArqRedis, notification: Mapping[str, Any]) -> Job | None:
-    """Queue a ``push_notify`` job; ``None`` if that idempotency key is already known."""
+async def enqueue_push(
+    redis: ArqRedis, notification: Mapping[str, Any], *, not_before: datetime | None = None
+) -> Job | None:
+    """Queue a ``push_notify`` job, to run at ``not_before`` at the earliest (a deferred
+    job lives in Redis: it survives a restart of whoever queued it); ``None`` if that
+    idempotency key is already known."""
     key = str(notification["idempotency_key"])
     return await redis.enqueue_job(
-        "push_notify", dict(notification), _job_id=f"push:{key}", _queue_name=PUSH_QUEUE
+        "push_notify",
+        dict(notification),
+        _job_id=f"push:{key}",
+        _queue_name=PUSH_QUEUE,
+        _defer_until=not_before,
     )
 
 

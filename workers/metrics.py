@@ -1,7 +1,8 @@
 """Prometheus metrics of the workers (default registry).
 
 ``hdg_push_results_total{backend,outcome}`` counts every push *attempt* by its outcome
-(``delivered``, ``token_invalid``, ``retry_after``, ``retry``, ``failed``), so retries
+(``delivered``, ``token_invalid``, ``retry_after``, ``retry``, ``failed``, and
+``acked`` when a device read the event before the attempt), so retries
 show up as ``retry`` followed by a terminal outcome.
 
 ``hdg_job_duration_seconds{job}`` times each run of a job function (each try).

@@ -136,3 +136,19 @@ def test_a_batch_of_hellos_is_recorded_in_one_go_and_a_revoked_device_stays_revo
     assert seen["old"].fcm_token == "fcm-old" and seen["old"].last_seen == 100.0
     assert registry.get("desk") == seen["desk"]
     assert registry.seen_many([]) == {}
+
+
+def test_dead_fcm_tokens_are_cleared_only_where_they_are_still_registered(
+    registry: DeviceRegistry,
+) -> None:
+    registry.seen("phone", fcm_token="dead-1", now=1.0)
+    registry.seen("tablet", fcm_token="live-2", now=2.0)
+    registry.seen("old", fcm_token="dead-1", now=3.0)
+    registry.set_push("old", fcm_token="new-3")  # registered a new token since
+    assert registry.drop_fcm_tokens({"dead-1", "never-seen"}) == ["phone"]
+    assert [(d.device_id, d.fcm_token) for d in registry.list()] == [
+        ("old", "new-3"),
+        ("tablet", "live-2"),
+        ("phone", None),
+    ]
+    assert registry.drop_fcm_tokens(set()) == []

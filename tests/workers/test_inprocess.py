@@ -84,6 +84,17 @@ async def test_transient_errors_are_retried_with_the_same_backoff_policy(
     )  # 2 s base, doubling, equal jitter
 
 
+async def test_a_deferred_push_waits_its_delay_before_the_first_try(
+    make_runner: Runner, fcm: FakeFcm
+) -> None:
+    sleeps = Sleeps()
+    async with make_runner(sleep=sleeps) as runner:
+        job = runner.submit_push(notification(), defer=30.0)
+        assert job is not None
+        assert (await job.result(timeout=5))["outcome"] == "delivered"
+    assert sleeps.delays == [30.0] and job.tries == 1
+
+
 async def test_retry_after_is_honoured(make_runner: Runner, fcm: FakeFcm) -> None:
     sleeps = Sleeps()
     fcm.script("device-token-1", FcmScript.quota_exceeded(retry_after=42))
