@@ -238,3 +238,35 @@ async def test_an_auto_threaded_send_taken_again_after_a_crash_goes_to_its_threa
         assert agent.lanes == [thread, thread]
     finally:
         await rig.controller.stop()
+
+
+async def test_moving_the_default_announces_both_channels_and_moves_the_thread_rules(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _RecordingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        controller = rig.controller
+        work = controller.channels.create_channel("Work")
+        await rig.submit(_command("channel.set_default", "s1", chat_id=work.chat_id))
+        await rig.replies_for(1)
+        announced = [
+            (e["entry"]["chat_id"], e["entry"]["is_default"])
+            for e in _outbox(rig)
+            if e["type"] == "channel.renamed"
+        ]
+        assert announced == [("android:default", False), (work.chat_id, True)]
+        # Auto-threading follows the default: a thread in Work, a flat send in the old one.
+        for chat_id, client_id in ((work.chat_id, "c-w"), ("android:default", "c-d")):
+            frame = _send("plan the trip", client_id)
+            frame["args"].update(chat_id=chat_id, auto_thread=True)
+            await rig.submit(frame)
+        await rig.submit(_command("channel.create", "t1", kind="thread", name="Topic"))
+        replies = await rig.replies_for(4)
+        in_work, in_old, created = (r["body"] for r in replies[1:])
+        assert in_work["type"] == "message.ack" and in_work["thread_id"] is not None
+        assert (in_old["type"], in_old["thread_id"]) == ("message.ack", None)
+        assert created["entry"]["parent_chat_id"] == work.chat_id
+        assert agent.lanes == [(work.chat_id, in_work["thread_id"]), ("android:default", None)]
+    finally:
+        await rig.controller.stop()
