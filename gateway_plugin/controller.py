@@ -46,6 +46,7 @@ RETENTION_PERIOD_S = 3600.0
 ADOPT_WINDOW_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
+EXPIRY_SWEEP_S = 30.0  # how late a device may learn that a picker expired
 
 
 def _internal_error(command: Json) -> Json:
@@ -136,6 +137,7 @@ class Controller:
             asyncio.create_task(self._retention(), name="hdg-retention"),
             asyncio.create_task(self._attachment_retention(), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
+            asyncio.create_task(self._expiry_sweep(), name="hdg-expiry-sweep"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
 
@@ -151,6 +153,14 @@ class Controller:
             except Exception:
                 log.exception("attachment cleanup failed; retrying in an hour")
             await asyncio.sleep(ATTACHMENT_CLEANUP_S)
+
+    async def _expiry_sweep(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            try:
+                self.desk.expire_due()
+            except Exception:  # a locked outbox: the next sweep retries
+                log.exception("expiring stale pickers failed; retrying")
 
     def trim_outbox(self, now: float | None = None) -> int:
         cutoff = (now or time.time()) - self.settings.outbox_retention_hours * 3600
