@@ -237,8 +237,13 @@ class CommandHandler:
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
                 # Upgraded with the model's title once the first exchange is done.
-                self.c.pending_titles[lane_of(entry)] = text
-        await self._send(command, entry, text, client_id=str(args["client_id"]))
+                self.c.pending_titles.add(lane_of(entry), text)
+        try:
+            await self._send(command, entry, text, client_id=str(args["client_id"]))
+        finally:
+            if self.c.turns.active(lane_of(entry)) is None:
+                # Its run was refused, failed to start or already ended: no title to await.
+                self.c.pending_titles.take(lane_of(entry))
 
     async def _send(
         self, command: Json, entry: ChannelEntry, text: str, *, client_id: str | None

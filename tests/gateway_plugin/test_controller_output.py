@@ -270,3 +270,40 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
         assert agent.lanes == [(work.chat_id, in_work["thread_id"]), ("android:default", None)]
     finally:
         await rig.controller.stop()
+
+
+def _auto_send(text: str, client_id: str) -> Json:
+    frame = _send(text, client_id)
+    frame["args"]["auto_thread"] = True
+    return frame
+
+
+async def test_an_auto_thread_whose_run_the_agent_refused_awaits_no_title(
+    make_rig: Callable[..., Any],
+) -> None:
+    rig: _Rig = await make_rig(agent=_BalkingAgent())
+    try:
+        await rig.submit(_auto_send("first", "c1"))
+        [ack] = await rig.replies_for(1)
+        assert ack["body"]["thread_id"] is not None
+        assert len(rig.controller.pending_titles) == 0
+    finally:
+        await rig.controller.stop()
+
+
+async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
+    make_rig: Callable[..., Any],
+) -> None:
+    rig: _Rig = await make_rig(agent=_RecordingAgent())
+    try:
+        controller = rig.controller
+        await rig.submit(_auto_send("plan the trip", "c1"), _auto_send("pack the bags", "c2"))
+        first, second = (
+            ("android:default", r["body"]["thread_id"]) for r in await rig.replies_for(2)
+        )
+        assert first in controller.pending_titles and second in controller.pending_titles
+        controller.turns.runs.pop(first)  # a run Hermes never reported the end of
+        controller.expire_stale()
+        assert first not in controller.pending_titles and second in controller.pending_titles
+    finally:
+        await rig.controller.stop()
