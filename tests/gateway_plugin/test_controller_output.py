@@ -307,3 +307,31 @@ async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
         assert first not in controller.pending_titles and second in controller.pending_titles
     finally:
         await rig.controller.stop()
+
+
+class _ForgettingAgent(_Agent):
+    def __init__(self) -> None:
+        self.forgotten: list[tuple[str, str | None]] = []
+
+    def delete_transcript(self, lane: tuple[str, str | None]) -> int:
+        self.forgotten.append(lane)
+        return 1
+
+
+async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_channel(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _ForgettingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        controller = rig.controller
+        work = controller.channels.create_channel("Work")
+        controller.channels.set_default(work.chat_id)
+        delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)
+        await rig.submit({**delete, "dialect": "pheby"})
+        [reply] = await rig.replies_for(1)
+        assert reply["body"]["type"] == "conversation.deleted"
+        assert agent.forgotten == [(work.chat_id, None)]
+        assert not controller.channels.lane_for(work.chat_id, None).archived
+    finally:
+        await rig.controller.stop()
