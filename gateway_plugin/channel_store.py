@@ -28,6 +28,7 @@ _NAME_RANK: Final[dict[str, int]] = {"derived": 0, "llm": 1, "user": 2}
 MAX_NAME_LEN: Final = 100
 DEFAULT_NAME: Final = "Default"
 
+_NOW_SQL: Final = "((julianday('now') - 2440587.5) * 86400.0)"  # time.time() in SQL
 # Index i upgrades user_version i -> i + 1; never edit a shipped entry, append. Keep them
 # idempotent (IF NOT EXISTS): two processes may open a fresh file at the same moment.
 _MIGRATIONS: Final[tuple[str, ...]] = (
@@ -50,6 +51,19 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (chat_id, thread_id)
     );
     CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    """,
+    # One default channel, enforced by the file itself. Before the index, moving the
+    # default left the threads toggle on the old one: repair that (and any second
+    # default, keeping the newest) first, bumping `updated` so devices take the fix.
+    f"""
+    UPDATE entries SET is_default = 0, updated = max(updated, {_NOW_SQL})
+    WHERE is_default = 1 AND rowid != (
+        SELECT rowid FROM entries WHERE is_default = 1
+        ORDER BY archived, updated DESC, rowid DESC LIMIT 1
+    );
+    UPDATE entries SET threads_enabled = 0, updated = max(updated, {_NOW_SQL})
+    WHERE threads_enabled = 1 AND is_default = 0;
+    CREATE UNIQUE INDEX IF NOT EXISTS one_default ON entries (is_default) WHERE is_default = 1;
     """,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)
@@ -355,26 +369,45 @@ class ChannelDirectory:
             updated = self._update(entry, name=name, name_source=source)
             return updated, updated is not entry
 
-    def set_default(self, chat_id: str) -> ChannelEntry:
+    def default(self) -> ChannelEntry:
+        """The default channel: where threads, auto-threading and the threads toggle live."""
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM entries WHERE is_default = 1").fetchone()
+        if row is None:
+            raise NotFoundError("there is no default channel yet")
+        return _row_to_entry(row)
+
+    def set_default(self, chat_id: str) -> tuple[ChannelEntry, EntryList]:
+        """Make a channel the default, in one transaction. The threads toggle belongs to
+        the default channel, so it moves along. Returns ``(new default, changed)``:
+        every entry that changed, the old default first, so devices can be told of
+        each (empty when it already was the default)."""
         with self._write():
             entry = self._require(chat_id, None, live=True)
             if entry.automation:
                 raise UnsupportedError("an automation channel cannot be the default")
-            if not entry.is_default:
-                self._conn.execute(
-                    "UPDATE entries SET is_default = 0, updated = ? WHERE is_default = 1",
-                    (time.time(),),
-                )
-            return self._update(entry, is_default=True)
+            rows = self._conn.execute(
+                "SELECT * FROM entries WHERE is_default = 1 AND chat_id != ?", (chat_id,)
+            ).fetchall()
+            previous = [_row_to_entry(r) for r in rows]
+            threads_on = entry.threads_enabled or any(p.threads_enabled for p in previous)
+            # The old default loses the flag first: the file allows one default at a time.
+            demoted = [self._update(p, is_default=False, threads_enabled=False) for p in previous]
+            promoted = self._update(entry, is_default=True, threads_enabled=threads_on)
+            return promoted, demoted + ([promoted] if promoted is not entry else [])
+
+    def is_permanent(self, entry: ChannelEntry) -> bool:
+        """The default channel and the home channel (the lane of a bare
+        ``deliver=android``) are never archived; threads always may be."""
+        return entry.kind != "thread" and (entry.is_default or entry.chat_id == self.home_chat_id)
 
     def delete(self, chat_id: str, thread_id: str | None = None) -> ChannelEntry:
-        """Soft delete; a channel takes its threads along. The default channel and the home
-        channel (the lane of a bare ``deliver=android``) are refused."""
+        """Soft delete; a channel takes its threads along. Permanent channels are refused."""
         with self._write():
             entry = self._require(chat_id, thread_id, live=True)
             if entry.kind == "thread":
                 return self._update(entry, archived=True)
-            if entry.is_default or entry.chat_id == self.home_chat_id:
+            if self.is_permanent(entry):
                 raise UnsupportedError("the default channel cannot be deleted")
             self._conn.execute(
                 "UPDATE entries SET archived = 1, updated = ? WHERE chat_id = ? AND archived = 0",

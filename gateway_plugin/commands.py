@@ -99,6 +99,10 @@ class CommandHandler:
         return entry
 
     def _broadcast_entry(self, kind: str, entry: ChannelEntry, **extra: Any) -> None:
+        self._broadcast_entries(kind, [entry], **extra)
+
+    def _broadcast_entries(self, kind: str, entries: list[ChannelEntry], **extra: Any) -> None:
+        """One event per entry, sequenced together: devices never see half a change."""
         self.c.emit(
             [
                 {
@@ -108,6 +112,7 @@ class CommandHandler:
                     "entry": entry.to_wire(),
                     **extra,
                 }
+                for entry in entries
             ]
         )
 
@@ -224,7 +229,8 @@ class CommandHandler:
             and args.get("auto_thread")
             and entry.thread_id is None
         ):
-            if entry.kind == "default" and not text.lstrip().startswith("/"):
+            # The default channel, wherever channel.set_default moved it (not the home one).
+            if entry.is_default and not text.lstrip().startswith("/"):
                 media_refs = list(args.get("media_refs") or [])
                 if media_refs:  # a send refused for its uploads must leave no thread behind
                     self.c.attachments.validate_claim(media_refs, entry, thread_may_adopt=True)
@@ -233,8 +239,13 @@ class CommandHandler:
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
                 # Upgraded with the model's title once the first exchange is done.
-                self.c.pending_titles[lane_of(entry)] = text
-        await self._send(command, entry, text, client_id=str(args["client_id"]))
+                self.c.pending_titles.add(lane_of(entry), text)
+        try:
+            await self._send(command, entry, text, client_id=str(args["client_id"]))
+        finally:
+            if self.c.turns.active(lane_of(entry)) is None:
+                # Its run was refused, failed to start or already ended: no title to await.
+                self.c.pending_titles.take(lane_of(entry))
 
     async def _send(
         self, command: Json, entry: ChannelEntry, text: str, *, client_id: str | None

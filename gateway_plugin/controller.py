@@ -33,7 +33,7 @@ from .ports import AgentPort
 from .preferences import Preferences
 from .push import PushScheduler, push_submitter
 from .search import SearchIndex
-from .titles import clean_generated_title
+from .titles import PendingTitles, clean_generated_title
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
 
@@ -46,6 +46,7 @@ RETENTION_PERIOD_S = 3600.0
 ADOPT_WINDOW_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
+EXPIRY_SWEEP_S = 30.0  # how late a device learns that a picker expired
 
 
 def _internal_error(command: Json) -> Json:
@@ -110,7 +111,7 @@ class Controller:
         self._consumer_name = f"plugin-{tenant}"
         self._orphans: dict[Lane, Json] = {}
         self._seen_head = self.outbox.head()
-        self.pending_titles: dict[Lane, str] = {}
+        self.pending_titles = PendingTitles()
         self._background: set[asyncio.Task[None]] = set()
         self.running = False
 
@@ -136,6 +137,7 @@ class Controller:
             asyncio.create_task(self._retention(), name="hdg-retention"),
             asyncio.create_task(self._attachment_retention(), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
+            asyncio.create_task(self._expiry_sweep(), name="hdg-expiry-sweep"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
 
@@ -151,6 +153,19 @@ class Controller:
             except Exception:
                 log.exception("attachment cleanup failed; retrying in an hour")
             await asyncio.sleep(ATTACHMENT_CLEANUP_S)
+
+    async def _expiry_sweep(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            try:
+                self.expire_stale()
+            except Exception:  # a locked outbox: the next sweep retries
+                log.exception("expiring stale pickers failed; retrying")
+
+    def expire_stale(self) -> None:
+        """Pickers past their expiry, and titles awaited for runs that are gone."""
+        self.desk.expire_due()
+        self.pending_titles.prune(lambda lane: self.turns.active(lane) is not None)
 
     def trim_outbox(self, now: float | None = None) -> int:
         cutoff = (now or time.time()) - self.settings.outbox_retention_hours * 3600
@@ -496,7 +511,7 @@ class Controller:
         task.add_done_callback(self._background.discard)
 
     def _maybe_title(self, lane: Lane, finished: list[Json]) -> None:
-        user_text = self.pending_titles.pop(lane, None)
+        user_text = self.pending_titles.take(lane)
         if user_text is None:
             return
         reply = next(

@@ -143,6 +143,7 @@ class DecisionDesk:
         callback: Any,
         confirm_id: str | None = None,
     ) -> None:
+        self.expire_due()  # each new picker prunes the stale ones
         item = Pending(
             kind, new_picker_id(), lane, session_key, body, callback=callback, confirm_id=confirm_id
         )
@@ -168,6 +169,17 @@ class DecisionDesk:
                     [resolved_event(item, self._base(lane), status="expired", accepted=False)]
                 )
         self.state.clear_tools(lane)
+
+    def expire_due(self) -> int:
+        """Close every picker past its expiry on every device; how many there were."""
+        expired = self.state.take_expired()
+        self.c.emit(
+            [
+                resolved_event(item, self._base(item.lane), status="expired", accepted=False)
+                for item in expired
+            ]
+        )
+        return len(expired)
 
     def snapshot(self, lane: Lane) -> Json:
         return {
@@ -196,9 +208,12 @@ class DecisionDesk:
             ]
         )
 
-    def _expired(self, item: Pending, code: str, what: str) -> CommandError:
+    def _close_expired(self, item: Pending) -> None:
         self.state.pop(item.picker_id)
         self.c.emit([resolved_event(item, self._base(item.lane), status="expired", accepted=False)])
+
+    def _expired(self, item: Pending, code: str, what: str) -> CommandError:
+        self._close_expired(item)
         return CommandError(code, f"that {what} is no longer pending")
 
     async def _approve(
@@ -237,6 +252,14 @@ class DecisionDesk:
         item = self.state.get(str(args["picker_id"]))
         if item is None:
             raise CommandError("not_found", "no such pending picker (already answered or expired)")
+        if self.state.is_expired(item):
+            # Never handed to Hermes: a choice made days ago must not switch the model now.
+            self._close_expired(item)
+            minutes = round(self.state.picker_ttl_s / 60)
+            raise CommandError(
+                "not_found",
+                f"this picker expired after {minutes} minutes unanswered; run the command again",
+            )
         value = str(args["value"])
         if item.kind == "approval":
             await self._approve(item, command, value, None, "not_found")

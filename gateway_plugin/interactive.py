@@ -8,8 +8,9 @@ resolution is broadcast once. Hermes itself is reached through the bridge.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from canonical.protocol import new_id, now_iso
 
@@ -19,6 +20,12 @@ Json = dict[str, Any]
 Lane = tuple[str, str | None]
 
 APPROVAL_CHOICES = ["once", "session", "always", "deny"]
+
+# Hermes stops waiting for approvals and clarifications itself (and says so), but a
+# slash command's picker is a callback it keeps for ever. Those expire here, after as long
+# as Hermes keeps its own slash-command confirmations (tools/slash_confirm, 300 s).
+PICKER_TTL_S: Final = 300.0
+EXPIRING_KINDS: Final = frozenset({"model", "choice", "confirm"})
 
 
 @dataclass
@@ -33,6 +40,7 @@ class Pending:
     created: float = field(default_factory=time.time)
     callback: Any = None  # Hermes' on_selected for model/choice pickers
     confirm_id: str | None = None
+    expires_at: float | None = None  # set by Interactive.add for EXPIRING_KINDS
 
 
 @dataclass
@@ -45,13 +53,30 @@ class ToolState:
 
 
 class Interactive:
-    def __init__(self) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, picker_ttl_s: float = PICKER_TTL_S
+    ) -> None:
         self.pending: dict[str, Pending] = {}
         self.tools: dict[Lane, dict[str, ToolState]] = {}
+        self.clock = clock
+        self.picker_ttl_s = picker_ttl_s
 
     # -- pending decisions
     def add(self, item: Pending) -> None:
+        if item.kind in EXPIRING_KINDS:
+            item.expires_at = self.clock() + self.picker_ttl_s
         self.pending[item.picker_id] = item
+
+    def is_expired(self, item: Pending) -> bool:
+        return item.expires_at is not None and self.clock() >= item.expires_at
+
+    def take_expired(self) -> list[Pending]:
+        """Remove and return every picker past its expiry (never an approval or a
+        clarification: Hermes reports when it stops waiting for those)."""
+        expired = [p for p in self.pending.values() if self.is_expired(p)]
+        for item in expired:
+            del self.pending[item.picker_id]
+        return expired
 
     def get(self, picker_id: str, kind: str | None = None) -> Pending | None:
         item = self.pending.get(picker_id)
@@ -63,8 +88,11 @@ class Interactive:
         return self.pending.pop(picker_id, None)
 
     def for_lane(self, lane: Lane, kind: str | None = None) -> list[Pending]:
+        """What is still pending in a lane: an expired picker is not offered again."""
         return [
-            p for p in self.pending.values() if p.lane == lane and (kind is None or p.kind == kind)
+            p
+            for p in self.pending.values()
+            if p.lane == lane and (kind is None or p.kind == kind) and not self.is_expired(p)
         ]
 
     def oldest_for_session(self, session_key: str, kind: str) -> Pending | None:

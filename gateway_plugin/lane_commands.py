@@ -119,7 +119,7 @@ class LaneCommands:
                 "request_id": command.get("request_id"),
             },
         )
-        if entry.kind != "default":
+        if not self.c.channels.is_permanent(entry):  # its history is gone, the lane stays
             self._broadcast_entry(
                 "channel.deleted", self.c.channels.delete(entry.chat_id, entry.thread_id)
             )
@@ -205,7 +205,7 @@ class LaneCommands:
 
     async def cmd_channel_create(self, command: Json, args: Json) -> None:
         if args.get("kind") == "thread":
-            parent = args.get("parent_chat_id") or self.c.settings.home_channel
+            parent = args.get("parent_chat_id") or self.c.channels.default().chat_id
             entry = self.c.channels.create_thread(str(parent), args.get("name") or "New thread")
         else:
             entry = self.c.channels.create_channel(args.get("name") or "")
@@ -221,9 +221,11 @@ class LaneCommands:
             self._broadcast_entry("channel.renamed", entry)
 
     async def cmd_channel_set_default(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_default(str(args["chat_id"]))
+        entry, changed = self.c.channels.set_default(str(args["chat_id"]))
         await self._result(command, entry)
-        self._broadcast_entry("channel.renamed", entry)
+        # The old default's entry changed too (flag, threads toggle): say so in the same
+        # breath, or devices would show two defaults.
+        self.h._broadcast_entries("channel.renamed", changed)
 
     async def cmd_channel_delete(self, command: Json, args: Json) -> None:
         live_threads = (

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable
 from typing import Final
 
 from gateway_plugin.channel_store import MAX_NAME_LEN
 
+Lane = tuple[str, str | None]
+
 FALLBACK_TITLE: Final = "New thread"
+# Far more auto threads than can have a first run going at once; only a run Hermes never
+# reports the end of leaves one behind, and then the oldest goes first.
+MAX_PENDING_TITLES: Final = 1024
 MAX_GENERATED_LEN: Final = 60
 ELLIPSIS: Final = "…"
 
@@ -142,3 +148,38 @@ def clean_generated_title(raw: str) -> str | None:
             return None
         return _shorten(line, MAX_GENERATED_LEN)
     return None
+
+
+class PendingTitles:
+    """Auto threads waiting for the model's title once their first run ends: the user's
+    opening words, by lane. An entry lives only as long as that run, and never more than
+    ``limit`` of them at once."""
+
+    def __init__(self, limit: int = MAX_PENDING_TITLES) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self.limit = limit
+        self._texts: dict[Lane, str] = {}  # oldest first
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def __contains__(self, lane: object) -> bool:
+        return lane in self._texts
+
+    def add(self, lane: Lane, text: str) -> None:
+        self._texts.pop(lane, None)
+        self._texts[lane] = text
+        while len(self._texts) > self.limit:
+            del self._texts[next(iter(self._texts))]
+
+    def take(self, lane: Lane) -> str | None:
+        """The opening words, forgotten: the run ended (whether or not it gets a title)."""
+        return self._texts.pop(lane, None)
+
+    def prune(self, is_running: Callable[[Lane], bool]) -> int:
+        """Forget threads whose run is gone without a word; how many there were."""
+        gone = [lane for lane in self._texts if not is_running(lane)]
+        for lane in gone:
+            del self._texts[lane]
+        return len(gone)

@@ -257,10 +257,56 @@ def test_renaming_an_archived_lane_is_refused(directory: ChannelDirectory) -> No
 
 def test_set_default_moves_the_flag_to_exactly_one_channel(directory: ChannelDirectory) -> None:
     chan = directory.create_channel("Work")
-    moved = directory.set_default(chan.chat_id)
-    assert moved.is_default
+    moved, changed = directory.set_default(chan.chat_id)
+    assert moved.is_default and directory.default() == moved
     assert [e.chat_id for e in directory.list() if e.is_default] == [chan.chat_id]
-    assert directory.set_default(chan.chat_id) == moved  # idempotent
+    assert [(e.chat_id, e.is_default) for e in changed] == [(HOME, False), (chan.chat_id, True)]
+    assert directory.set_default(chan.chat_id) == (moved, [])  # idempotent
+
+
+def test_the_threads_toggle_moves_with_the_default_and_threads_follow_it(
+    directory: ChannelDirectory,
+) -> None:
+    directory.set_threads_enabled(HOME, True)
+    chan = directory.create_channel("Work")
+    moved, [old, _] = directory.set_default(chan.chat_id)
+    assert moved.threads_enabled and not old.threads_enabled
+    assert directory.create_thread(chan.chat_id, "Topic").parent_chat_id == chan.chat_id
+    with pytest.raises(ChannelError) as excinfo:
+        directory.create_thread(HOME, "Topic")
+    assert _code(excinfo) == "unsupported"
+
+
+def test_the_file_itself_refuses_a_second_default(tmp_path: Path) -> None:
+    path = tmp_path / "channels.db"
+    directory = ChannelDirectory(path)
+    directory.ensure_default()
+    chan = directory.create_channel("Work")
+    directory.close()
+    with sqlite3.connect(path) as conn, pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE entries SET is_default = 1 WHERE chat_id = ?", (chan.chat_id,))
+
+
+def test_opening_an_old_file_repairs_a_threads_toggle_left_on_a_former_default(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "channels.db"
+    directory = ChannelDirectory(path)
+    directory.ensure_default()
+    directory.set_threads_enabled(HOME, True)
+    chan = directory.create_channel("Work")
+    directory.close()
+    with sqlite3.connect(path) as conn:  # what set_default used to leave behind
+        conn.executescript(
+            f"DROP INDEX one_default; PRAGMA user_version = 1;"
+            f"UPDATE entries SET is_default = 0 WHERE chat_id = '{HOME}';"
+            f"UPDATE entries SET is_default = 1 WHERE chat_id = '{chan.chat_id}';"
+        )
+    reopened = ChannelDirectory(path)
+    home = reopened.lane_for(HOME, None)
+    assert not home.threads_enabled and home.updated > chan.updated
+    assert reopened.default().chat_id == chan.chat_id
+    reopened.close()
 
 
 def test_set_default_refuses_threads_archived_and_automation_channels(

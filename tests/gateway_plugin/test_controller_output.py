@@ -238,3 +238,100 @@ async def test_an_auto_threaded_send_taken_again_after_a_crash_goes_to_its_threa
         assert agent.lanes == [thread, thread]
     finally:
         await rig.controller.stop()
+
+
+async def test_moving_the_default_announces_both_channels_and_moves_the_thread_rules(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _RecordingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        controller = rig.controller
+        work = controller.channels.create_channel("Work")
+        await rig.submit(_command("channel.set_default", "s1", chat_id=work.chat_id))
+        await rig.replies_for(1)
+        announced = [
+            (e["entry"]["chat_id"], e["entry"]["is_default"])
+            for e in _outbox(rig)
+            if e["type"] == "channel.renamed"
+        ]
+        assert announced == [("android:default", False), (work.chat_id, True)]
+        # Auto-threading follows the default: a thread in Work, a flat send in the old one.
+        for chat_id, client_id in ((work.chat_id, "c-w"), ("android:default", "c-d")):
+            frame = _send("plan the trip", client_id)
+            frame["args"].update(chat_id=chat_id, auto_thread=True)
+            await rig.submit(frame)
+        await rig.submit(_command("channel.create", "t1", kind="thread", name="Topic"))
+        replies = await rig.replies_for(4)
+        in_work, in_old, created = (r["body"] for r in replies[1:])
+        assert in_work["type"] == "message.ack" and in_work["thread_id"] is not None
+        assert (in_old["type"], in_old["thread_id"]) == ("message.ack", None)
+        assert created["entry"]["parent_chat_id"] == work.chat_id
+        assert agent.lanes == [(work.chat_id, in_work["thread_id"]), ("android:default", None)]
+    finally:
+        await rig.controller.stop()
+
+
+def _auto_send(text: str, client_id: str) -> Json:
+    frame = _send(text, client_id)
+    frame["args"]["auto_thread"] = True
+    return frame
+
+
+async def test_an_auto_thread_whose_run_the_agent_refused_awaits_no_title(
+    make_rig: Callable[..., Any],
+) -> None:
+    rig: _Rig = await make_rig(agent=_BalkingAgent())
+    try:
+        await rig.submit(_auto_send("first", "c1"))
+        [ack] = await rig.replies_for(1)
+        assert ack["body"]["thread_id"] is not None
+        assert len(rig.controller.pending_titles) == 0
+    finally:
+        await rig.controller.stop()
+
+
+async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
+    make_rig: Callable[..., Any],
+) -> None:
+    rig: _Rig = await make_rig(agent=_RecordingAgent())
+    try:
+        controller = rig.controller
+        await rig.submit(_auto_send("plan the trip", "c1"), _auto_send("pack the bags", "c2"))
+        first, second = (
+            ("android:default", r["body"]["thread_id"]) for r in await rig.replies_for(2)
+        )
+        assert first in controller.pending_titles and second in controller.pending_titles
+        controller.turns.runs.pop(first)  # a run Hermes never reported the end of
+        controller.expire_stale()
+        assert first not in controller.pending_titles and second in controller.pending_titles
+    finally:
+        await rig.controller.stop()
+
+
+class _ForgettingAgent(_Agent):
+    def __init__(self) -> None:
+        self.forgotten: list[tuple[str, str | None]] = []
+
+    def delete_transcript(self, lane: tuple[str, str | None]) -> int:
+        self.forgotten.append(lane)
+        return 1
+
+
+async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_channel(
+    make_rig: Callable[..., Any],
+) -> None:
+    agent = _ForgettingAgent()
+    rig: _Rig = await make_rig(agent=agent)
+    try:
+        controller = rig.controller
+        work = controller.channels.create_channel("Work")
+        controller.channels.set_default(work.chat_id)
+        delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)
+        await rig.submit({**delete, "dialect": "pheby"})
+        [reply] = await rig.replies_for(1)
+        assert reply["body"]["type"] == "conversation.deleted"
+        assert agent.forgotten == [(work.chat_id, None)]
+        assert not controller.channels.lane_for(work.chat_id, None).archived
+    finally:
+        await rig.controller.stop()

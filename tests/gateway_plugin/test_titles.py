@@ -5,7 +5,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway_plugin.channel_store import validate_name
-from gateway_plugin.titles import FALLBACK_TITLE, clean_generated_title, derive_title
+from gateway_plugin.titles import (
+    FALLBACK_TITLE,
+    PendingTitles,
+    clean_generated_title,
+    derive_title,
+)
 
 LINE_BREAKS = set("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 
@@ -168,3 +173,47 @@ def test_a_cleaned_generated_title_is_none_or_a_valid_channel_name(raw: str) -> 
     if title is not None:
         assert len(title) <= 60
         assert validate_name(title) == title
+
+
+# ---- titles awaited for auto threads ----------------------------------------------------
+
+lanes = st.builds(lambda n: ("android:default", f"t_{n}"), st.integers(min_value=1, max_value=40))
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["add", "take"]), lanes), max_size=80),
+    st.integers(min_value=1, max_value=8),
+)
+def test_pending_titles_never_hold_more_than_their_limit_and_keep_the_newest(
+    steps: list[tuple[str, tuple[str, str | None]]], limit: int
+) -> None:
+    pending = PendingTitles(limit)
+    for op, lane in steps:
+        if op == "add":
+            pending.add(lane, f"opening of {lane[1]}")
+            assert lane in pending
+        else:
+            pending.take(lane)
+            assert lane not in pending
+        assert len(pending) <= limit
+
+
+def test_a_taken_title_is_forgotten() -> None:
+    pending = PendingTitles()
+    pending.add(("android:default", "t_1"), "plan the trip")
+    assert pending.take(("android:default", "t_1")) == "plan the trip"
+    assert pending.take(("android:default", "t_1")) is None and len(pending) == 0
+
+
+def test_pruning_forgets_the_threads_whose_run_is_gone() -> None:
+    pending = PendingTitles()
+    running, gone = ("android:default", "t_1"), ("android:default", "t_2")
+    pending.add(running, "still going")
+    pending.add(gone, "cancelled long ago")
+    assert pending.prune(lambda lane: lane == running) == 1
+    assert running in pending and gone not in pending
+
+
+def test_a_limit_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        PendingTitles(0)
