@@ -168,16 +168,16 @@ async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
 async def test_the_command_reader_outlives_an_error_and_answers_what_it_had_read(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = rig.controller.outbox.processed_among
+    real = rig.controller.outbox.processed_replies
     failures: list[str] = []
 
-    def locked_once(entry_ids: list[str]) -> set[str]:
+    def locked_once(entry_ids: list[str]) -> dict[str, str | None]:
         if not failures:
             failures.append("database is locked")
             raise RuntimeError("database is locked")
         return real(entry_ids)
 
-    monkeypatch.setattr(rig.controller.outbox, "processed_among", locked_once)
+    monkeypatch.setattr(rig.controller.outbox, "processed_replies", locked_once)
     await rig.submit(_history("android:default", "h3"))
     [reply] = await rig.replies_for(1)
     assert failures and reply["body"]["type"] == "history"
