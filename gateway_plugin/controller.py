@@ -345,9 +345,15 @@ class Controller:
         once its effect is durable, and the batch is acked (XACK) after all marks. An entry
         marked already (redelivered) is answered again, not carried out again."""
         acks: list[str] = []
-        if batch:
-            done = self.outbox.processed_replies([entry_id for entry_id, _ in batch])
-            await self._carry_out(batch, done, acks)
+        try:
+            if batch:
+                done = self.outbox.processed_replies([entry_id for entry_id, _ in batch])
+                await self._carry_out(batch, done, acks)
+        except BaseException:
+            # Those carried out before the failure are owed their XACK (and, when reclaimed
+            # meanwhile, answered already): acked with the next read.
+            self._owed_acks.update(dict.fromkeys(acks))
+            raise
         await self._ack(acks)
 
     async def _carry_out(
