@@ -22,7 +22,8 @@ from .sqlite_file import open_wal
 
 Json = dict[str, Any]
 
-SCHEMA_VERSION = 2  # 2: events without AUTOINCREMENT (see _drop_autoincrement)
+# 2: events without AUTOINCREMENT (see _drop_autoincrement); 3: processed.replies
+SCHEMA_VERSION = 3
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
 _EVENTS_COLUMNS = """(
     cursor INTEGER PRIMARY KEY,
@@ -60,7 +61,9 @@ CREATE TABLE IF NOT EXISTS active_runs (
     started REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL);
+-- Command stream entries carried out, with the replies to send again on a redelivery
+-- (gateway_plugin/command_once.py).
+CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL, replies TEXT);
 """
 
 
@@ -69,6 +72,7 @@ class Outbox:
         self.path = path
         self._db = open_wal(path, _SCHEMA)
         _drop_autoincrement(self._db)
+        _add_processed_replies(self._db)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._lock = threading.Lock()
         # message id -> cursor of the one delta row kept for it, loaded from the file on
@@ -153,7 +157,6 @@ class Outbox:
                         (str(upto),),
                     )
                 cur.execute("DELETE FROM idempotency WHERE created < ?", (older_than,))
-                cur.execute("DELETE FROM processed WHERE at < ?", (older_than,))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -232,34 +235,38 @@ class Outbox:
             ).fetchall()
         return [str(row[0])[len(prefix) :] for row in rows]
 
-    # -- inbound commands already carried out (a crash between effect and XACK)
+    # -- inbound commands already carried out (redelivered after a failed XACK or a crash)
     def was_processed(self, entry_id: str) -> bool:
-        with self._lock:
-            return (
-                self._db.execute(
-                    "SELECT 1 FROM processed WHERE entry_id = ?", (entry_id,)
-                ).fetchone()
-                is not None
-            )
+        return entry_id in self.processed_replies([entry_id])
 
     def processed_among(self, entry_ids: list[str]) -> set[str]:
         """Which of these entries were carried out already (one query for a whole batch)."""
-        found: set[str] = set()
+        return set(self.processed_replies(entry_ids))
+
+    def processed_replies(self, entry_ids: list[str]) -> dict[str, str | None]:
+        """The entries among these carried out already, each with its kept replies."""
+        found: dict[str, str | None] = {}
         with self._lock:
             for start in range(0, len(entry_ids), _SQL_VARS):
                 chunk = entry_ids[start : start + _SQL_VARS]
                 rows = self._db.execute(
-                    f"SELECT entry_id FROM processed WHERE entry_id IN ({','.join('?' * len(chunk))})",
+                    "SELECT entry_id, replies FROM processed "
+                    f"WHERE entry_id IN ({','.join('?' * len(chunk))})",
                     chunk,
                 ).fetchall()
-                found.update(str(row[0]) for row in rows)
+                found.update((str(row[0]), row[1]) for row in rows)
         return found
 
-    def mark_processed(self, entry_id: str) -> None:
-        self.mark_processed_many([entry_id])
+    def mark_processed(self, entry_id: str, replies: str | None = None) -> None:
+        """Record an entry as carried out, with the replies to send again if it comes back."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO processed(entry_id, at, replies) VALUES (?, ?, ?)",
+                (entry_id, time.time(), replies),
+            )
 
     def mark_processed_many(self, entry_ids: list[str]) -> None:
-        """Record entries as carried out, in one transaction."""
+        """Record entries as carried out, in one transaction (no replies kept)."""
         now = time.time()
         with self._lock:
             cur = self._db.cursor()
@@ -273,6 +280,15 @@ class Outbox:
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
+
+    def prune_processed(self, before: float) -> int:
+        """Forget the entries carried out before `before` (unix time); return how many."""
+        with self._lock:
+            return int(self._db.execute("DELETE FROM processed WHERE at < ?", (before,)).rowcount)
+
+    def processed_count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM processed").fetchone()[0])
 
     # -- runs
     def finish_run(self, run_id: str) -> None:
@@ -362,6 +378,17 @@ def _drop_autoincrement(db: sqlite3.Connection) -> None:
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _add_processed_replies(db: sqlite3.Connection) -> None:
+    """Give a version-2 file's processed table its replies column (NULL: none kept)."""
+    columns = {str(row[1]) for row in db.execute("PRAGMA table_info(processed)")}
+    if "replies" not in columns:
+        try:
+            db.execute("ALTER TABLE processed ADD COLUMN replies TEXT")
+        except sqlite3.OperationalError as exc:  # another process (a CLI cron run) was first
+            if "duplicate column" not in str(exc):
+                raise
 
 
 def _has_autoincrement(db: sqlite3.Connection) -> bool:

@@ -168,19 +168,38 @@ async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
 async def test_the_command_reader_outlives_an_error_and_answers_what_it_had_read(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = rig.controller.outbox.processed_among
+    real = rig.controller.outbox.processed_replies
     failures: list[str] = []
 
-    def locked_once(entry_ids: list[str]) -> set[str]:
+    def locked_once(entry_ids: list[str]) -> dict[str, str | None]:
         if not failures:
             failures.append("database is locked")
             raise RuntimeError("database is locked")
         return real(entry_ids)
 
-    monkeypatch.setattr(rig.controller.outbox, "processed_among", locked_once)
+    monkeypatch.setattr(rig.controller.outbox, "processed_replies", locked_once)
     await rig.submit(_history("android:default", "h3"))
     [reply] = await rig.replies_for(1)
     assert failures and reply["body"]["type"] == "history"
+
+
+async def test_a_command_marked_before_a_failure_in_its_batch_is_not_answered_again(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = rig.controller.outbox.mark_processed
+    marks: list[str] = []
+
+    def locked_at_the_second(entry_id: str, replies: str | None = None) -> None:
+        marks.append(entry_id)
+        if len(marks) == 2:
+            raise RuntimeError("database is locked")
+        real(entry_id, replies)
+
+    monkeypatch.setattr(rig.controller.outbox, "mark_processed", locked_at_the_second)
+    await rig.submit(_history("android:default", "h4"), _history("android:default", "h5"))
+    # h5 was never marked, so it is read again; h4 was, and its XACK is simply owed.
+    replies = await rig.replies_for(3)
+    assert [r["body"]["request_id"] for r in replies] == ["h4", "h5", "h5"]
 
 
 async def test_rows_another_process_appends_are_published_even_when_ours_follow_them(

@@ -334,7 +334,7 @@ def test_a_version_1_outbox_is_rebuilt_without_autoincrement_and_keeps_its_event
     db.close()
     assert "AUTOINCREMENT" not in table.upper()
     assert "events_coalesce" not in names
-    assert version == outbox_module.SCHEMA_VERSION == 2
+    assert version == outbox_module.SCHEMA_VERSION == 3
 
 
 def test_an_emptied_version_1_outbox_continues_after_its_last_counter_value(
@@ -442,18 +442,34 @@ def test_last_delta_text_is_the_newest_streamed_text_until_the_message_completes
     assert outbox.last_delta_text("m1") == ""
 
 
-def test_processed_entries_are_remembered_and_trimmed_with_age(
+def test_processed_entries_are_remembered_with_their_replies_and_pruned_with_age(
     outbox: Outbox, clock: Clock
 ) -> None:
     assert outbox.was_processed("1-1") is False
-    outbox.mark_processed("1-1")
-    outbox.mark_processed("1-1")
-    assert outbox.was_processed("1-1") is True
+    outbox.mark_processed("1-1", '[["reply", {"type": "result"}]]')
+    outbox.mark_processed("1-1")  # again: the first record stays
+    assert outbox.processed_replies(["1-1", "3-1"]) == {"1-1": '[["reply", {"type": "result"}]]'}
     clock.now += 100
     outbox.mark_processed("2-1")
-    outbox.trim(older_than=clock.now - 50)
+    outbox.trim(older_than=clock.now)  # the events' retention leaves the records alone
+    assert outbox.processed_count() == 2
+    assert outbox.prune_processed(before=clock.now - 50) == 1
     assert outbox.was_processed("1-1") is False
     assert outbox.was_processed("2-1") is True
+
+
+def test_a_version_2_outbox_keeps_its_processed_entries_and_gains_their_replies(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "outbox.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL)")
+        db.execute("INSERT INTO processed VALUES ('1-1', 1.0)")
+        db.execute("PRAGMA user_version=2")
+    db.close()
+    with closing(Outbox(path)) as box:
+        box.mark_processed("2-1", "[]")
+        assert box.processed_replies(["1-1", "2-1"]) == {"1-1": None, "2-1": "[]"}
 
 
 def test_a_batch_of_entries_is_checked_and_marked_at_once_and_survives_a_reopen(
