@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    bus = open_bus(settings.bus_url)
+    bus = open_bus(settings.bus_url, settings.redis_timeouts())
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)
