@@ -35,10 +35,11 @@ class JobQueue:
             self._runner = InProcessRunner(config, periodic_retention=False)
             await self._runner.start()
         else:
-            from arq import create_pool
-            from arq.connections import RedisSettings
+            from workers.redis_pool import open_arq_pool
 
-            self._pool = await create_pool(RedisSettings.from_dsn(self.settings.bus_url))
+            # Connects on the first enqueue; a Redis that is down or silent then fails
+            # that enqueue (logged by the caller), never start-up.
+            self._pool = open_arq_pool(self.settings.bus_url, self.settings.redis_timeouts())
 
     @property
     def ready(self) -> bool:
