@@ -17,10 +17,13 @@ import abc
 import asyncio
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import SettingsError
 from .jsonenc import dumps_ascii
+
+if TYPE_CHECKING:
+    from .redis_timeouts import RedisTimeouts
 
 Json = dict[str, Any]
 # handler(kind, tenant_or_edge, payload): kind is "event" (tenant channel) or "direct".
@@ -216,8 +219,9 @@ class Bus(abc.ABC):
 _MEMORY_BUSES: dict[str, Bus] = {}
 
 
-def open_bus(url: str) -> Bus:
-    """The bus for a URL. ``memory://name`` buses are shared within one process."""
+def open_bus(url: str, timeouts: RedisTimeouts | None = None) -> Bus:
+    """The bus for a URL. ``memory://name`` buses are shared within one process;
+    ``timeouts`` bound every wait for Redis (defaults when None)."""
     if url.startswith("memory://"):
         from .memory_bus import MemoryBus
 
@@ -228,7 +232,7 @@ def open_bus(url: str) -> Bus:
     if url.startswith(("redis://", "rediss://", "unix://")):
         from .redis_bus import RedisBus
 
-        return RedisBus(url)
+        return RedisBus(url, timeouts)
     raise SettingsError("ANDROID_BUS_URL", f"unsupported scheme in {url.split('://')[0]!r}")
 
 

@@ -1,9 +1,10 @@
 """The scaled bus on Redis: a stream with a consumer group per tenant, pub/sub doorbells.
 
-Three kinds of connection: redis-py for what blocks (XREADGROUP BLOCK, XAUTOCLAIM), a
-subscriber that dispatches messages as it parses them (redis_pubsub), and one
-auto-pipelined connection (redis_mux) for every other command, so a storm of hellos
-costs few round trips and no pool checkouts. Edges keep a
+Three kinds of connection: redis-py for the stream's group commands (one client for the
+blocking XREADGROUP, one for XGROUP/XAUTOCLAIM), a subscriber that dispatches messages as
+it parses them (redis_pubsub), and one auto-pipelined connection (redis_mux) for every
+other command, so a storm of hellos costs few round trips and no pool checkouts. Each
+waits a bounded time for Redis (redis_timeouts): a hung command is BusUnavailable. Edges keep a
 short-lived token-digest → tenant cache, invalidated through the bus (tenant_cache).
 """
 
@@ -48,11 +49,15 @@ from .lockout_view import LockoutView
 from .presence_batch import PresenceWriter
 from .redis_mux import Command, Endpoint, RedisMux
 from .redis_pubsub import SubscriberWire, hold, open_subscriber
+from .redis_timeouts import RedisTimeouts, redis_py_options
 from .tenant_cache import TenantCache
 
 log = logging.getLogger("hdg.bus")
 
 STREAM_MAXLEN = 100_000
+# The longest XREADGROUP BLOCK a caller may ask for: the blocking client's socket timeout
+# must exceed it, or every idle read would look like a dead server.
+MAX_BLOCK_MS = 30_000
 _DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
@@ -123,7 +128,7 @@ class _RedisSubscription(Subscription):
                 if not first and self._on_reconnect is not None:
                     self._on_reconnect()
                 first = False
-                reason = await hold(wire)
+                reason = await hold(wire, self._bus.timeouts)
                 raise BusUnavailable(reason)
             except asyncio.CancelledError:
                 raise
@@ -182,17 +187,22 @@ class _RedisSubscription(Subscription):
 
 
 class RedisBus(Bus):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, timeouts: RedisTimeouts | None = None) -> None:
         self.url = url
-        # Blocking stream reads, consumer groups and pub/sub.
+        self.timeouts = timeouts = timeouts or RedisTimeouts()
+        # Consumer groups and reclaims (XGROUP, XAUTOCLAIM): they answer at once.
         self.client: Any = aioredis.from_url(  # type: ignore[no-untyped-call]
-            url, socket_connect_timeout=2.0, socket_timeout=None, health_check_interval=15
+            url, **redis_py_options(url, timeouts)
+        )
+        # XREADGROUP BLOCK alone: its reads may wait out the longest block allowed.
+        self.blocking: Any = aioredis.from_url(  # type: ignore[no-untyped-call]
+            url, **redis_py_options(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
         )
         # Every other command: one connection, pipelined across concurrent callers.
-        self.mux = RedisMux(url)
+        self.mux = RedisMux(url, timeouts)
         # Presence writes and the iris hellos that travel with them: a few ms per batch.
         self.presence_writer = PresenceWriter(self.mux.pipeline_settled)
-        self.endpoint = Endpoint(url)  # the subscribers' own connections (redis_pubsub)
+        self.endpoint = Endpoint(url, timeouts)  # the subscribers' own (redis_pubsub)
         self.tenants = TenantCache()
         self.lockouts = LockoutView()
         self._groups: set[str] = set()
@@ -253,11 +263,19 @@ class RedisBus(Bus):
     async def consume(
         self, tenant: str, consumer: str, count: int = 64, block_ms: int = 1000
     ) -> list[tuple[str, Json]]:
+        if not 1 <= block_ms <= MAX_BLOCK_MS:  # BLOCK 0 would wait forever
+            raise ValueError(f"block_ms must be within 1..{MAX_BLOCK_MS}, not {block_ms}")
         try:
             stream = await self._ensure_group(tenant)
-            result = await self.client.xreadgroup(
-                CONSUMER_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
-            )
+            # The socket timeout covers the longest block; this covers the one asked for,
+            # so a frozen server is noticed command_s after the block ends, not later.
+            async with asyncio.timeout(block_ms / 1000 + self.timeouts.command_s):
+                result = await self.blocking.xreadgroup(
+                    CONSUMER_GROUP, consumer, {stream: ">"}, count=count, block=block_ms
+                )
+        except TimeoutError as exc:  # redis-py drops the connection it was cancelled on
+            self._groups.clear()
+            raise BusUnavailable(f"redis did not answer a stream read: {exc}") from exc
         except _DOWN as exc:
             self._groups.clear()
             raise BusUnavailable(str(exc)) from exc
@@ -421,6 +439,7 @@ class RedisBus(Bus):
             await self.presence_writer.close()
         await self.mux.close()
         await self.client.aclose()
+        await self.blocking.aclose()
 
 
 def _publish_done(sent: asyncio.Future[Any]) -> None:

@@ -7,6 +7,11 @@ write on one connection, and replies are matched to callers in order (Redis answ
 connection in order). A pipeline's commands are written back to back, so MULTI/EXEC stays
 atomic. Blocking reads (XREADGROUP BLOCK) and pub/sub must not use it: they would stall
 everything queued behind them; they stay on redis-py.
+
+No command here blocks, so a connection that owes replies and reads nothing for
+``command_s`` is dead (a silent partition, a frozen server): it is dropped, its callers
+get BusUnavailable, and the next command connects afresh. An idle connection is probed
+with PING every ``health_check_s``, so a dead one is dropped before a caller meets it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from redis.asyncio.connection import RedisSSLContext, parse_url
 from redis.exceptions import ResponseError
 
 from .errors import BusUnavailable
+from .redis_timeouts import RedisTimeouts, keepalive_options
 
 Command = Sequence[str | bytes | int | float]
 # One RESP command from its parts (hiredis' type hints say a 1-tuple; it takes any number).
@@ -33,8 +39,9 @@ pack_command: Any = hiredis.pack_command
 class _Wire(asyncio.Protocol):
     """The socket: packed commands out (one write per loop iteration), replies in, in order."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeouts: RedisTimeouts) -> None:
         self.loop = loop
+        self.timeouts = timeouts
         self.transport: asyncio.Transport | None = None
         self.reader = hiredis.Reader(replyError=ResponseError)
         self.waiting: deque[asyncio.Future[Any]] = deque()
@@ -42,14 +49,25 @@ class _Wire(asyncio.Protocol):
         self.flush_scheduled = False
         self.lost: BusUnavailable | None = None
         self.closed: asyncio.Future[None] = loop.create_future()
+        # Last sign of life: bytes read, or the first command sent after an idle spell.
+        self.last_progress = loop.time()
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_due = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        keepalive(transport)
+        keepalive(transport, self.timeouts.health_check_s)
+        self._arm_watchdog(self.timeouts.health_check_s)
 
     def send(self, commands: Sequence[Command]) -> list[asyncio.Future[Any]]:
         if self.lost is not None:
             raise self.lost
+        if commands and not self.waiting:
+            # Idle until now: the reply clock starts here, and the watchdog must look
+            # at command_s from now, not at the end of a longer idle interval.
+            self.last_progress = self.loop.time()
+            if self._watchdog_due > self.last_progress + self.timeouts.command_s:
+                self._arm_watchdog(self.timeouts.command_s)
         futures = []
         for command in commands:
             self.out.append(pack_command(tuple(command)))
@@ -68,7 +86,29 @@ class _Wire(asyncio.Protocol):
             self.out.clear()
             self.transport.write(data)
 
+    def _arm_watchdog(self, delay: float) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watchdog_due = self.loop.time() + delay
+        self._watchdog = self.loop.call_later(delay, self._check_alive)
+
+    def _check_alive(self) -> None:
+        """Drop a connection that owes replies and has been silent for command_s; PING
+        one that has been idle for health_check_s (its silence is then caught here)."""
+        self._watchdog = None
+        if self.lost is not None:
+            return
+        silent = self.loop.time() - self.last_progress
+        verdict, delay = watchdog_verdict(bool(self.waiting), silent, self.timeouts)
+        if verdict == "dead":
+            self._abort(f"redis did not answer for {silent:.1f}s")
+            return
+        if verdict == "probe":
+            self.send([("PING",)])  # its reply only counts as a sign of life
+        self._arm_watchdog(delay)
+
     def data_received(self, data: bytes) -> None:
+        self.last_progress = self.loop.time()
         self.reader.feed(data)
         while True:
             try:
@@ -102,12 +142,28 @@ class _Wire(asyncio.Protocol):
     def _fail(self, error: BusUnavailable) -> None:
         if self.lost is None:
             self.lost = error
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         self.out.clear()
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
                 future.set_exception(error)
                 future.exception()  # the caller gets it; not logged if it stopped waiting
+
+
+def watchdog_verdict(waiting: bool, silent_s: float, timeouts: RedisTimeouts) -> tuple[str, float]:
+    """What a connection silent for ``silent_s`` is, and when to look again:
+    ``dead`` (owes replies, silent for command_s), ``probe`` (idle for health_check_s:
+    send a PING) or ``fine``."""
+    if waiting:
+        if silent_s >= timeouts.command_s:
+            return "dead", 0.0
+        return "fine", timeouts.command_s - silent_s
+    if silent_s >= timeouts.health_check_s:
+        return "probe", timeouts.command_s
+    return "fine", timeouts.health_check_s - silent_s
 
 
 P = TypeVar("P", bound=asyncio.Protocol)
@@ -117,7 +173,8 @@ class Endpoint:
     """Where and how to connect, from a redis:// rediss:// or unix:// URL (host, port,
     socket path, TLS, username/password, db)."""
 
-    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
+    def __init__(self, url: str, timeouts: RedisTimeouts | None = None) -> None:
+        self.timeouts = timeouts or RedisTimeouts()
         options: dict[str, Any] = dict(parse_url(url))
         self.path: str | None = options.get("path")
         self.host = str(options.get("host") or "localhost")
@@ -125,7 +182,7 @@ class Endpoint:
         self.db = int(options.get("db") or 0)
         self.username: str | None = options.get("username")
         self.password: str | None = options.get("password")
-        self.timeout = float(options.get("socket_connect_timeout") or connect_timeout)
+        self.timeout = float(options.get("socket_connect_timeout") or self.timeouts.connect_s)
         self.ssl = _ssl_context(options) if url.startswith("rediss://") else None
 
     async def connect(self, factory: Callable[[], P]) -> P:
@@ -156,20 +213,23 @@ class Endpoint:
         return [("AUTH", self.password)]
 
 
-def keepalive(transport: asyncio.BaseTransport) -> None:
-    """TCP keep-alive, so a peer that vanished without a FIN is noticed eventually."""
+def keepalive(transport: asyncio.BaseTransport, health_check_s: float) -> None:
+    """TCP keep-alive on the health-check rhythm, so the kernel too drops a peer that
+    vanished without a FIN (the default waits two hours before the first probe)."""
     sock = transport.get_extra_info("socket")
     if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            for option, value in keepalive_options(health_check_s).items():
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class RedisMux:
     """Lazily connected; reconnects on the next command after a failure. Connection
     trouble raises BusUnavailable; an error reply raises redis' ResponseError."""
 
-    def __init__(self, url: str, connect_timeout: float = 2.0) -> None:
-        self._endpoint = Endpoint(url, connect_timeout)
+    def __init__(self, url: str, timeouts: RedisTimeouts | None = None) -> None:
+        self._endpoint = Endpoint(url, timeouts)
         self._wire: _Wire | None = None
         self._connecting: asyncio.Task[_Wire] | None = None
 
@@ -241,7 +301,7 @@ class RedisMux:
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Wire:
         endpoint = self._endpoint
-        wire = await endpoint.connect(lambda: _Wire(loop))
+        wire = await endpoint.connect(lambda: _Wire(loop, endpoint.timeouts))
         setup = endpoint.auth()
         if endpoint.db:
             setup.append(("SELECT", endpoint.db))
@@ -266,4 +326,4 @@ def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
     ).get()
 
 
-__all__ = ["Command", "Endpoint", "RedisMux", "keepalive", "pack_command"]
+__all__ = ["Command", "Endpoint", "RedisMux", "keepalive", "pack_command", "watchdog_verdict"]

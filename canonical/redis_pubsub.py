@@ -5,6 +5,11 @@ message; an edge serving many tenants pays that once per event per edge, so it i
 the edge's work for a device or two per tenant. Here RESP is parsed by hiredis in
 ``data_received`` and every message in a socket read is dispatched in one synchronous
 pass, with no task switch.
+
+A subscribed connection reads nothing while no one publishes, so its health is checked
+by :func:`hold`: PING after ``health_check_s`` of silence, give up when ``command_s``
+more pass without a byte (a silent partition or a frozen server), and the subscription
+reconnects and resubscribes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from redis.exceptions import ResponseError
 
 from .errors import BusUnavailable
 from .redis_mux import Endpoint, keepalive, pack_command
+from .redis_timeouts import RedisTimeouts
 
 log = logging.getLogger("hdg.bus")
 
@@ -34,9 +40,10 @@ class SubscriberWire(asyncio.Protocol):
     connection ends, with the reason.
     """
 
-    def __init__(self, on_message: MessageHandler) -> None:
+    def __init__(self, on_message: MessageHandler, keepalive_s: float = 15.0) -> None:
         loop = asyncio.get_running_loop()
         self._on_message = on_message
+        self._keepalive_s = keepalive_s
         self._reader = hiredis.Reader(replyError=ResponseError)
         self.transport: asyncio.Transport | None = None
         self.awaiting = 0
@@ -46,7 +53,7 @@ class SubscriberWire(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        keepalive(transport)
+        keepalive(transport, self._keepalive_s)
 
     def command(self, *parts: str | bytes | int) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -105,16 +112,17 @@ class SubscriberWire(asyncio.Protocol):
 
 
 async def open_subscriber(
-    endpoint: Endpoint, channels: list[str], on_message: MessageHandler, timeout: float = 5.0
+    endpoint: Endpoint, channels: list[str], on_message: MessageHandler
 ) -> SubscriberWire:
-    """Connect, authenticate and subscribe; returns once Redis confirmed the channels.
-    Raises BusUnavailable."""
-    wire = await endpoint.connect(lambda: SubscriberWire(on_message))
+    """Connect, authenticate and subscribe; returns once Redis confirmed the channels
+    (within the endpoint's command timeout). Raises BusUnavailable."""
+    timeouts = endpoint.timeouts
+    wire = await endpoint.connect(lambda: SubscriberWire(on_message, timeouts.health_check_s))
     for command in endpoint.auth():
         wire.command(*(str(part) for part in command))
     wire.subscribe(channels)
     try:
-        await asyncio.wait_for(asyncio.shield(wire.subscribed), timeout)
+        await asyncio.wait_for(asyncio.shield(wire.subscribed), timeouts.command_s)
     except BaseException as exc:
         wire.close()
         if isinstance(exc, TimeoutError):
@@ -123,18 +131,34 @@ async def open_subscriber(
     return wire
 
 
-async def hold(wire: SubscriberWire, ping_s: float = 15.0) -> str:
-    """Until the connection ends (its reason); PINGs when idle and gives up on a peer
-    that stays silent for two intervals (a dead link without a FIN)."""
+async def hold(wire: SubscriberWire, timeouts: RedisTimeouts | None = None) -> str:
+    """Until the connection ends (its reason); PINGs after ``health_check_s`` of silence
+    and gives up on a peer still silent ``command_s`` later (a dead link without a FIN,
+    a frozen server)."""
+    timeouts = timeouts or RedisTimeouts()
     loop = asyncio.get_running_loop()
+    pinged_at: float | None = None  # last_read when the pending PING went out
     while True:
-        with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(asyncio.shield(wire.lost), ping_s)
         silent = loop.time() - wire.last_read
-        if silent > 2 * ping_s:
-            wire.end(f"redis silent for {silent:.0f}s")
-        elif silent > ping_s:
+        verdict, wait_s = silence_verdict(silent, timeouts)
+        if verdict == "dead":
+            wire.end(f"redis silent for {silent:.1f}s")
+        elif verdict == "probe" and pinged_at != wire.last_read:
+            pinged_at = wire.last_read
             wire.command("PING")
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(wire.lost), wait_s)
 
 
-__all__ = ["SubscriberWire", "hold", "open_subscriber"]
+def silence_verdict(silent_s: float, timeouts: RedisTimeouts) -> tuple[str, float]:
+    """What a subscribed connection that has read nothing for ``silent_s`` is, and how
+    long until to look again: ``fine``, ``probe`` (PING it) or ``dead``."""
+    if silent_s < timeouts.health_check_s:
+        return "fine", timeouts.health_check_s - silent_s
+    deadline = timeouts.health_check_s + timeouts.command_s
+    if silent_s < deadline:
+        return "probe", deadline - silent_s
+    return "dead", timeouts.command_s
+
+
+__all__ = ["SubscriberWire", "hold", "open_subscriber", "silence_verdict"]

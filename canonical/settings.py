@@ -15,6 +15,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import SettingsError
+from .redis_timeouts import RedisTimeouts
 
 MIB = 1024 * 1024
 
@@ -200,6 +201,24 @@ class GatewaySettings(BaseSettings):
         validation_alias="ANDROID_SEND_QUEUE",
         json_schema_extra={"extra_keys": ["send_queue_frames"]},
     )
+    redis_connect_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        validation_alias="ANDROID_REDIS_CONNECT_TIMEOUT_S",
+        json_schema_extra={"extra_keys": ["redis_connect_timeout_s"]},
+    )
+    redis_command_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        validation_alias="ANDROID_REDIS_COMMAND_TIMEOUT_S",
+        json_schema_extra={"extra_keys": ["redis_command_timeout_s"]},
+    )
+    redis_health_check_s: float = Field(
+        default=15.0,
+        gt=0,
+        validation_alias="ANDROID_REDIS_HEALTH_CHECK_S",
+        json_schema_extra={"extra_keys": ["redis_health_check_s"]},
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -240,6 +259,13 @@ class GatewaySettings(BaseSettings):
     @property
     def origin_allowlist(self) -> frozenset[str]:
         return frozenset(part.strip() for part in self.allowed_origins.split(",") if part.strip())
+
+    def redis_timeouts(self) -> RedisTimeouts:
+        return RedisTimeouts(
+            connect_s=self.redis_connect_timeout_s,
+            command_s=self.redis_command_timeout_s,
+            health_check_s=self.redis_health_check_s,
+        )
 
     def token_value(self) -> str | None:
         return self.token.get_secret_value() if self.token is not None else None

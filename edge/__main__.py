@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if sock is None and settings.edge_workers > 1:
         return supervise(settings)
     settings.edge_id = worker_edge_id(settings.edge_id)
-    bus = open_bus(settings.bus_url)
+    bus = open_bus(settings.bus_url, settings.redis_timeouts())
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)

@@ -71,7 +71,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
             return False
         self._locked = (token, settings.ws_host, settings.ws_port, settings.embedded)
         data_dir = settings.data_dir or home / hb.PLATFORM
-        bus = open_bus(settings.bus_url)
+        bus = open_bus(settings.bus_url, settings.redis_timeouts())
         self.loop = asyncio.get_running_loop()
         self.controller = Controller(
             settings,

@@ -56,13 +56,13 @@ class JobQueue:
             )
             await self._runner.start()
         else:
-            from arq import create_pool
-            from arq.connections import RedisSettings
-
             from workers.push.acks import RedisAcks
             from workers.push.dead_tokens import RedisDeadTokens
+            from workers.redis_pool import open_arq_pool
 
-            self._pool = await create_pool(RedisSettings.from_dsn(self.settings.bus_url))
+            # Connects on the first enqueue; a Redis that is down or silent then fails
+            # that enqueue (logged by the caller), never start-up.
+            self._pool = open_arq_pool(self.settings.bus_url, self.settings.redis_timeouts())
             self._dead_tokens = RedisDeadTokens(self._pool)
             self._acks = RedisAcks(self._pool)
 

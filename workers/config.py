@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from canonical.redis_timeouts import RedisTimeouts
 from canonical.settings import NamedEnvironment
 
 from .errors import ConfigError
@@ -54,6 +55,16 @@ class WorkerConfig(BaseSettings):
 
     # -- bus -------------------------------------------------------------------------
     bus_url: str = _env("ANDROID_BUS_URL", "bus_url", "redis://127.0.0.1:6379/0")
+    # The same names and defaults as the gateway's (canonical.settings).
+    redis_connect_timeout_s: float = _env(
+        "ANDROID_REDIS_CONNECT_TIMEOUT_S", "redis_connect_timeout_s", 2.0, gt=0
+    )
+    redis_command_timeout_s: float = _env(
+        "ANDROID_REDIS_COMMAND_TIMEOUT_S", "redis_command_timeout_s", 5.0, gt=0
+    )
+    redis_health_check_s: float = _env(
+        "ANDROID_REDIS_HEALTH_CHECK_S", "redis_health_check_s", 15.0, gt=0
+    )
 
     # -- push ------------------------------------------------------------------------
     push_backend: Literal["fcm", "ntfy", "none"] = _env(
@@ -164,6 +175,13 @@ class WorkerConfig(BaseSettings):
         if value is not None and not value.is_absolute():
             raise ValueError("must be an absolute path")
         return value
+
+    def redis_timeouts(self) -> RedisTimeouts:
+        return RedisTimeouts(
+            connect_s=self.redis_connect_timeout_s,
+            command_s=self.redis_command_timeout_s,
+            health_check_s=self.redis_health_check_s,
+        )
 
     def ntfy_authorization(self) -> str | None:
         """The ``Authorization`` header value for ntfy, or ``None`` for anonymous."""

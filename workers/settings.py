@@ -23,9 +23,11 @@ period of at least twice that.
 if any of the process's queue workers dies the whole process exits non-zero, so that
 key is the health of all three.
 
-If Redis goes away, the worker exits non-zero within a poll interval (arq's own
-behaviour): run it under a supervisor that restarts it (compose ``restart:``, systemd
-``Restart=``).
+Each queue's worker gets its own arq client built with the ``ANDROID_REDIS_*`` timeouts
+(:mod:`workers.redis_pool`), connected on its first command. If Redis is unreachable at
+start, goes away, or stops answering (a command waits ``ANDROID_REDIS_COMMAND_TIMEOUT_S``
+at most), the worker exits non-zero within a poll interval (arq's own behaviour): run it
+under a supervisor that restarts it (compose ``restart:``, systemd ``Restart=``).
 
 Configuration is read from the environment when this module is imported, because the
 ``arq`` CLI reads ``redis_settings`` from these dicts at import time. A bad setting
@@ -47,6 +49,7 @@ from .context import RESOURCES_KEY, build_resources, resources
 from .errors import ConfigError
 from .jobs import MAINTENANCE_QUEUE, MEDIA_QUEUE, PUSH_QUEUE, job_specs
 from .maintenance.retention import retention_sweep
+from .redis_pool import open_arq_pool, with_connect_timeout
 
 __all__ = [
     "CONFIG",
@@ -71,9 +74,10 @@ def redis_settings(config: WorkerConfig) -> RedisSettings:
             "deployments run jobs in-process with workers.inprocess.InProcessRunner",
         )
     try:
-        return RedisSettings.from_dsn(config.bus_url)
+        settings = RedisSettings.from_dsn(config.bus_url)
     except (ValueError, TypeError) as exc:
         raise ConfigError("ANDROID_BUS_URL", f"is not a valid Redis URL: {exc}") from None
+    return with_connect_timeout(settings, config.redis_timeouts())
 
 
 # -- start-up and shut-down hooks ---------------------------------------------------------
@@ -201,7 +205,8 @@ def queue_settings(queue: str, config: WorkerConfig) -> dict[str, Any]:
         "queue_name": queue,
         "functions": functions,
         "cron_jobs": cron_jobs,
-        "redis_settings": redis_settings(config),
+        "redis_settings": redis_settings(config),  # for `arq --check`; workers use the pool
+        "redis_pool": open_arq_pool(config.bus_url, config.redis_timeouts()),
         "on_startup": _on_startup,
         "on_shutdown": _on_shutdown,
         "max_jobs": max_jobs,

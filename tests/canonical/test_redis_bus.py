@@ -13,7 +13,8 @@ import redis.asyncio as aioredis
 from canonical import redis_bus
 from canonical.bus import TENANTS_KEY, command_stream, token_digest
 from canonical.errors import BusUnavailable
-from canonical.redis_bus import RedisBus
+from canonical.redis_bus import MAX_BLOCK_MS, RedisBus
+from canonical.redis_timeouts import RedisTimeouts
 from tests.harness.processes import RedisServer
 
 from .test_bus_contract import BusContract, Recorder, settle, unique
@@ -387,3 +388,82 @@ async def test_while_its_subscription_is_down_an_edge_asks_redis_every_time(
     await other.lockout_hit("10.3.3.3", 60.0)  # may land before the view is back
     await _wait_until(lambda: bool(reconnects))
     assert await bus.lockout_count("10.3.3.3") == 1
+
+
+# Short bounds, so that a frozen server is noticed quickly.
+QUICK = RedisTimeouts(connect_s=1.0, command_s=0.3, health_check_s=0.3)
+
+
+async def _unavailable(call: Any) -> None:
+    """The call fails as BusUnavailable, within a bounded wait (never hangs)."""
+    with pytest.raises(BusUnavailable):
+        await asyncio.wait_for(call, 10)
+
+
+async def test_every_command_to_a_frozen_redis_is_unavailable_and_the_bus_recovers_after(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    bus = RedisBus(server.url, QUICK)
+    tenant, token = unique("tenant"), unique("token") * 2
+    try:
+        await bus.register_tenant(tenant, token)
+        assert await bus.consume(tenant, "c1", block_ms=10) == []  # the group exists
+        with server.frozen():
+            await _unavailable(bus.submit(tenant, {"n": 1}))
+            await _unavailable(bus.publish(tenant, b"x"))
+            await _unavailable(bus.resolve_tenant("t" * 20))
+            await _unavailable(bus.register_tenant(tenant, token))
+            await _unavailable(bus.consume(tenant, "c1", block_ms=100))
+            await _unavailable(bus.reclaim(tenant, "c1"))
+            await _unavailable(bus.ack_many(tenant, ["1-1"]))
+            assert await asyncio.wait_for(bus.ping(), 10) is False
+        await bus.submit(tenant, {"n": 2})
+        assert await bus.ping() is True
+        batch = await bus.consume(tenant, "c1", block_ms=100)
+        # What timed out may still have been carried out (it reached the server's socket
+        # before it froze): unavailable means "maybe", and clients retry idempotently.
+        assert [c for _, c in batch][-1] == {"n": 2}
+        assert await bus.resolve_tenant(token) == tenant
+    finally:
+        await bus.close()
+
+
+async def test_a_subscription_whose_redis_freezes_resubscribes_once_it_thaws(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    bus = RedisBus(server.url, QUICK)
+    publisher = RedisBus(server.url, QUICK)
+    recorder = Recorder()
+    reconnects: list[float] = []
+    tenant, edge = unique("tenant"), unique("edge")
+    sub = bus.subscription(edge, recorder, on_reconnect=lambda: reconnects.append(time.monotonic()))
+    try:
+        await sub.start()
+        await sub.add_tenant(tenant)
+        await settle(recorder, lambda p: publisher.publish(tenant, p))
+        with server.frozen():
+            await _wait_until(lambda: not sub.connected, timeout=10)  # type: ignore[attr-defined]
+        await _wait_until(lambda: bool(reconnects))
+        await settle(recorder, lambda p: publisher.publish(tenant, p))
+        await settle(recorder, lambda p: publisher.reply(edge, p))
+        await publisher.publish(tenant, b"after the thaw")
+        await recorder.wait_for(b"after the thaw")
+        assert recorder.real == [("event", tenant, b"after the thaw")]
+    finally:
+        await sub.close()
+        await publisher.close()
+        await bus.close()
+
+
+@pytest.mark.parametrize("block_ms", [0, MAX_BLOCK_MS + 1])
+async def test_a_stream_read_blocking_forever_or_longer_than_allowed_is_refused(
+    redis_server: RedisServer, block_ms: int
+) -> None:
+    bus = RedisBus(redis_server.url)
+    try:
+        with pytest.raises(ValueError, match="block_ms"):
+            await bus.consume(unique("tenant"), "c1", block_ms=block_ms)
+    finally:
+        await bus.close()

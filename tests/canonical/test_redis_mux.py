@@ -14,7 +14,8 @@ import uvloop
 from redis.exceptions import ResponseError
 
 from canonical.errors import BusUnavailable
-from canonical.redis_mux import RedisMux
+from canonical.redis_mux import RedisMux, watchdog_verdict
+from canonical.redis_timeouts import RedisTimeouts
 from tests.harness.certs import self_signed
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.proc import ManagedProcess, free_port, port_is_open
@@ -27,6 +28,10 @@ _BUSY_LUA = (
     "local t = redis.call('TIME') local stop = t[1] * 1e6 + t[2] + 300000 "
     "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] >= stop return 1"
 )
+
+
+# Short bounds, so that a frozen server is noticed quickly.
+QUICK = RedisTimeouts(connect_s=1.0, command_s=0.3, health_check_s=0.3)
 
 
 @pytest.fixture
@@ -211,3 +216,76 @@ async def test_rediss_urls_connect_over_tls_and_verify_the_server(tmp_path: Path
         await trusted.close()
         await untrusted.close()
         server.stop()
+
+
+async def _eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition never became true")
+        await asyncio.sleep(0.02)
+
+
+async def test_commands_to_a_frozen_redis_fail_as_unavailable_and_work_again_once_it_thaws(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    mux = RedisMux(server.url, QUICK)
+    key = unique("k")
+    try:
+        await mux.execute("SET", key, "v")
+        with server.frozen():
+            waiting = [mux.execute("GET", key) for _ in range(20)]
+            failures = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), 10)
+            assert all(isinstance(f, BusUnavailable) for f in failures), failures
+            assert "did not answer" in str(failures[0])
+            # A new connection to a frozen server fails the same way.
+            with pytest.raises(BusUnavailable):
+                await asyncio.wait_for(mux.pipeline([("GET", key), ("PING",)]), 10)
+        assert await mux.execute("GET", key) == b"v"
+    finally:
+        await mux.close()
+
+
+async def test_an_idle_connection_to_a_frozen_redis_is_dropped_by_its_health_check(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    mux = RedisMux(server.url, QUICK)
+    try:
+        await mux.execute("PING")
+        idle = mux._wire
+        assert idle is not None
+        with server.frozen():
+            await _eventually(lambda: idle.lost is not None)
+        assert await mux.execute("PING") == b"PONG"
+        assert mux._wire is not idle
+    finally:
+        await mux.close()
+
+
+async def test_a_slow_redis_that_answers_within_the_command_timeout_keeps_its_connection(
+    redis_server: RedisServer,
+) -> None:
+    mux = RedisMux(redis_server.url, RedisTimeouts(command_s=1.0, health_check_s=0.3))
+    try:
+        await mux.execute("PING")
+        wire = mux._wire
+        assert await mux.execute("EVAL", _BUSY_LUA, 0) == 1  # busy ~0.3 s
+        await asyncio.sleep(0.7)  # idle past the health check: probed, and answered
+        assert await mux.execute("PING") == b"PONG"
+        assert mux._wire is wire and wire is not None and wire.lost is None
+    finally:
+        await mux.close()
+
+
+def test_a_connection_owing_replies_is_dead_after_the_command_timeout_of_silence() -> None:
+    timeouts = RedisTimeouts(command_s=5.0, health_check_s=15.0)
+    assert watchdog_verdict(True, 5.0, timeouts) == ("dead", 0.0)
+    assert watchdog_verdict(True, 2.0, timeouts) == ("fine", 3.0)
+
+
+def test_an_idle_connection_is_probed_after_the_health_check_interval() -> None:
+    timeouts = RedisTimeouts(command_s=5.0, health_check_s=15.0)
+    assert watchdog_verdict(False, 4.0, timeouts) == ("fine", 11.0)
+    assert watchdog_verdict(False, 15.0, timeouts) == ("probe", 5.0)

@@ -12,7 +12,8 @@ import redis.asyncio as aioredis
 
 from canonical.errors import BusUnavailable
 from canonical.redis_mux import Endpoint
-from canonical.redis_pubsub import hold, open_subscriber
+from canonical.redis_pubsub import hold, open_subscriber, silence_verdict
+from canonical.redis_timeouts import RedisTimeouts
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.processes import RedisServer
 
@@ -136,10 +137,47 @@ async def test_hold_gives_up_on_a_peer_that_confirms_then_goes_silent() -> None:
         wire = await open_subscriber(
             Endpoint(f"redis://127.0.0.1:{port}"), ["c"], lambda c, d: None
         )
-        reason = await asyncio.wait_for(hold(wire, ping_s=0.1), 5)
+        quick = RedisTimeouts(command_s=0.1, health_check_s=0.1)
+        reason = await asyncio.wait_for(hold(wire, quick), 5)
         assert "silent" in reason
     finally:
         done.set()
         await asyncio.sleep(0.01)
         server.close()
         await server.wait_closed()
+
+
+QUICK = RedisTimeouts(connect_s=1.0, command_s=0.3, health_check_s=0.3)
+
+
+async def test_hold_gives_up_on_a_frozen_redis_and_a_new_subscription_works_once_it_thaws(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_factory()
+    endpoint = Endpoint(server.url, QUICK)
+    got: list[bytes] = []
+    wire = await open_subscriber(endpoint, ["c"], lambda c, d: None)
+    try:
+        with server.frozen():
+            reason = await asyncio.wait_for(hold(wire, QUICK), 10)
+            assert "silent" in reason
+            with pytest.raises(BusUnavailable):  # no confirmation from a frozen server
+                await asyncio.wait_for(open_subscriber(endpoint, ["c"], lambda c, d: None), 10)
+    finally:
+        wire.close()
+    again = await open_subscriber(endpoint, ["c"], lambda c, d: got.append(d))
+    publisher = aioredis.from_url(server.url)
+    try:
+        await publisher.publish("c", b"after the thaw")
+        await _eventually(lambda: got == [b"after the thaw"])
+    finally:
+        again.close()
+        await publisher.aclose()
+
+
+def test_a_subscription_is_probed_after_the_health_check_and_dead_a_command_timeout_later() -> None:
+    timeouts = RedisTimeouts(command_s=5.0, health_check_s=15.0)
+    assert silence_verdict(10.0, timeouts) == ("fine", 5.0)
+    assert silence_verdict(15.0, timeouts) == ("probe", 5.0)
+    assert silence_verdict(18.0, timeouts) == ("probe", 2.0)
+    assert silence_verdict(20.0, timeouts) == ("dead", 5.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from canonical.errors import SettingsError
+from canonical.redis_timeouts import RedisTimeouts
 from canonical.settings import GatewaySettings, load_settings, require_token
 
 # Every environment variable a setting reads (first alias of each field), plus the
@@ -124,6 +125,9 @@ def test_the_home_channel_is_trimmed() -> None:
         ("ANDROID_OUTBOX_RETENTION_HOURS", "0"),
         ("ANDROID_MAX_UPLOAD_BYTES", "0"),
         ("ANDROID_ALLOW_ALL_USERS", "maybe"),
+        ("ANDROID_REDIS_CONNECT_TIMEOUT_S", "0"),
+        ("ANDROID_REDIS_COMMAND_TIMEOUT_S", "-1"),
+        ("ANDROID_REDIS_HEALTH_CHECK_S", "soon"),
     ],
 )
 def test_a_wrong_environment_setting_raises_settings_error_naming_the_variable(
@@ -211,3 +215,18 @@ def test_generic_environment_variables_do_not_configure_the_gateway(
     clean_env.setenv(generic, value)
     settings = load_settings()
     assert getattr(settings, field) == GatewaySettings.model_fields[field].default
+
+
+def test_redis_waits_are_bounded_by_default(clean_env: pytest.MonkeyPatch) -> None:
+    assert load_settings().redis_timeouts() == RedisTimeouts(
+        connect_s=2.0, command_s=5.0, health_check_s=15.0
+    )
+
+
+def test_redis_timeouts_are_read_from_the_environment(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("ANDROID_REDIS_CONNECT_TIMEOUT_S", "0.5")
+    clean_env.setenv("ANDROID_REDIS_COMMAND_TIMEOUT_S", "3")
+    clean_env.setenv("ANDROID_REDIS_HEALTH_CHECK_S", "20")
+    assert load_settings().redis_timeouts() == RedisTimeouts(
+        connect_s=0.5, command_s=3.0, health_check_s=20.0
+    )

@@ -80,12 +80,14 @@ async def scaled(
     gateway_factory: Callable[..., HermesGateway],
     edge_factory: Callable[..., EdgeProcess],
 ) -> AsyncIterator[Callable[..., Deployment]]:
-    """`make(edges=2, redis=None, share_edges_with=None)`: a gateway on Redis plus edge processes."""
+    """`make(edges=2, redis=None, share_edges_with=None, edge_env=None, **gateway_env)`: a
+    gateway on Redis plus edge processes."""
 
     def make(
         edges: int = 2,
         redis: RedisServer | None = None,
         share_edges_with: Deployment | None = None,
+        edge_env: dict[str, str] | None = None,
         **env: Any,
     ) -> Deployment:
         bus = (redis or redis_server).url
@@ -99,7 +101,11 @@ async def scaled(
         else:
             procs = [
                 edge_factory(
-                    env={"ANDROID_BUS_URL": bus, "ANDROID_WS_HOST": "127.0.0.1"},
+                    env={
+                        "ANDROID_BUS_URL": bus,
+                        "ANDROID_WS_HOST": "127.0.0.1",
+                        **(edge_env or {}),
+                    },
                     port_env="ANDROID_WS_PORT",
                 )
                 for _ in range(edges)

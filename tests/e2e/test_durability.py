@@ -286,3 +286,57 @@ async def test_while_redis_is_down_requests_get_unavailable_and_the_socket_stays
     assert answer["type"] == "message.ack"
     await phone.wait_type("run.finished", timeout=60, run_id=answer["run_id"])
     assert phone.closed_code is None
+
+
+# Short Redis bounds for every process, so that a frozen server is noticed in about a second.
+QUICK_REDIS = {"ANDROID_REDIS_COMMAND_TIMEOUT_S": "0.5", "ANDROID_REDIS_HEALTH_CHECK_S": "0.5"}
+
+
+async def test_while_redis_is_frozen_devices_get_unavailable_and_all_recovers_once_it_thaws(
+    scaled: Callable[..., Deployment], redis_factory: Callable[..., RedisServer]
+) -> None:
+    redis = redis_factory()
+    deployment = scaled(edges=1, redis=redis, edge_env=QUICK_REDIS, **QUICK_REDIS)
+    phone = await deployment.iris("phone")
+    message = {
+        "type": "message.send",
+        "chat_id": "android:default",
+        "text": "[tool] are you there?",
+        "client_id": "c-frozen",
+    }
+    with redis.frozen():  # a silent partition: connections stay up, nothing answers
+        start = len(phone.frames)
+        await phone.send(message)
+        refused = await phone.wait_type("error", start=start, timeout=15)
+        assert refused["error"]["code"] == "unavailable"
+        assert phone.closed_code is None
+        # A device connecting now is told why and closed, never left waiting.
+        tablet = await deployment.client()
+        with contextlib.suppress(websockets.ConnectionClosed, ConnectionError):
+            await tablet.hello_iris(deployment.token, "tablet")
+        refused = await tablet.wait_type("error", timeout=15)
+        assert refused["error"]["code"] == "unavailable"
+        assert await tablet.wait_closed() == CLOSE_UNAVAILABLE
+    # The edge's subscription and the plugin's command consumer reconnect by themselves:
+    # the same send (a client retries with its client_id) is acknowledged and answered.
+    for _ in range(100):
+        start = len(phone.frames)
+        await phone.send(message)
+        try:
+            answer = await phone.wait_for(
+                lambda f: (
+                    f.get("client_id") == "c-frozen" and f.get("type") in ("message.ack", "error")
+                ),
+                3,
+                start,
+            )
+        except TimeoutError:
+            continue  # an answer sent while the edge was resubscribing; resend
+        if answer["type"] == "message.ack":
+            break
+        await asyncio.sleep(0.2)
+    assert answer["type"] == "message.ack"
+    await phone.wait_type("run.finished", timeout=60, run_id=answer["run_id"])
+    assert phone.closed_code is None
+    tablet = await deployment.iris("tablet")  # and a new device connects again
+    assert tablet.closed_code is None

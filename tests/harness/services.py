@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -10,7 +11,7 @@ import signal
 import socket
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,16 @@ class RedisServer:
 
     def kill9(self) -> int:
         return self.process.kill9()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[RedisServer]:
+        """A silent partition: the server is stopped (SIGSTOP), so its connections stay
+        up and nothing answers; it is continued (SIGCONT) on leaving, whatever happened."""
+        os.kill(self.pid, signal.SIGSTOP)
+        try:
+            yield self
+        finally:
+            os.kill(self.pid, signal.SIGCONT)
 
     def restart(self, timeout: float = 10.0) -> RedisServer:
         """Start again on the same port (after :meth:`kill9` or :meth:`stop`)."""

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from canonical.redis_timeouts import RedisTimeouts
 from workers.config import load_config
 from workers.errors import ConfigError
 
@@ -73,6 +74,7 @@ def test_the_legacy_fcm_server_key_is_refused_with_directions(
         ("HDG_MEDIA_ROOT", "relative/media", "absolute"),
         ("HDG_DEEP_LINK_SCHEME", "Bad Scheme!", "URI scheme"),
         ("HDG_PUSH_MAX_TRIES", "many", "integer"),
+        ("ANDROID_REDIS_COMMAND_TIMEOUT_S", "0", "greater than 0"),
     ],
 )
 def test_a_bad_setting_fails_with_one_message_naming_it(
@@ -123,3 +125,15 @@ def test_generic_environment_names_do_not_configure_the_workers(
     config = load_config()
     assert config.bus_url != "redis://elsewhere:1/0"
     assert config.media_root is None or str(config.media_root) != "/tmp/not-ours"
+
+
+def test_redis_timeouts_use_the_gateways_names_and_defaults(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_config().redis_timeouts() == RedisTimeouts()
+    monkeypatch.setenv("ANDROID_REDIS_CONNECT_TIMEOUT_S", "1")
+    monkeypatch.setenv("ANDROID_REDIS_COMMAND_TIMEOUT_S", "2.5")
+    monkeypatch.setenv("ANDROID_REDIS_HEALTH_CHECK_S", "30")
+    assert load_config().redis_timeouts() == RedisTimeouts(
+        connect_s=1.0, command_s=2.5, health_check_s=30.0
+    )

@@ -1,0 +1,30 @@
+"""arq's Redis connections with the project's timeouts.
+
+arq's own ``create_pool`` sets only a connect timeout: a Redis that stops answering
+while the TCP connection stays up would hang a worker's poll, or the plugin's enqueue,
+forever. arq issues no blocking command, so every read may wait ``command_s`` at most;
+the worker then fails and its supervisor restarts it once Redis answers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import cast
+
+from arq import ArqRedis
+from arq.connections import RedisSettings
+
+from canonical.redis_timeouts import RedisTimeouts, redis_py_options
+
+__all__ = ["open_arq_pool", "with_connect_timeout"]
+
+
+def open_arq_pool(url: str, timeouts: RedisTimeouts) -> ArqRedis:
+    """An arq client on ``url`` (connects lazily, on its first command)."""
+    return cast(ArqRedis, ArqRedis.from_url(url, **redis_py_options(url, timeouts)))
+
+
+def with_connect_timeout(settings: RedisSettings, timeouts: RedisTimeouts) -> RedisSettings:
+    """arq's settings (used by ``arq --check``) with the project's connect timeout."""
+    # arq declares the field an int but hands it to redis-py, which takes seconds as float.
+    return dataclasses.replace(settings, conn_timeout=timeouts.connect_s)  # type: ignore[arg-type]
