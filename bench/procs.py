@@ -192,8 +192,8 @@ async def start_py_spy(pid: int, seconds: int, output: Path) -> asyncio.subproce
         os.environ.get("BENCH_PY_SPY_RATE", "250"),  # more samples rank smaller pieces
         "--format",
         "raw",
-        "--nonblocking",
-        *(["--native"] if os.environ.get("BENCH_PY_SPY_NATIVE") else []),
+        # py-spy refuses native frames without pausing the process (slower, but exact).
+        *(["--native"] if os.environ.get("BENCH_PY_SPY_NATIVE") else ["--nonblocking"]),
         "--output",
         str(output),
         stdout=asyncio.subprocess.DEVNULL,
