@@ -30,6 +30,7 @@ from types import FrameType
 
 LISTEN_FD_ENV = "HDG_EDGE_LISTEN_FD"
 WORKER_INDEX_ENV = "HDG_EDGE_WORKER"
+SUPERVISOR_PID_ENV = "HDG_EDGE_SUPERVISOR"
 EXIT_BAD_SETTINGS = 2
 BACKLOG = 2048  # uvicorn's default
 
@@ -94,7 +95,10 @@ def watch_parent(stop: Callable[[], None], interval_s: float = 1.0) -> None:
     so an edge never outlives its supervisor holding the port."""
     if WORKER_INDEX_ENV not in os.environ:
         return
-    parent = os.getppid()
+    # The supervisor's pid from its environment, not getppid() now: a supervisor killed
+    # while this worker was still importing has already left it re-parented, and the
+    # worker would then watch its new parent and outlive the supervisor holding the port.
+    parent = int(os.environ.get(SUPERVISOR_PID_ENV) or os.getppid())
 
     def poll() -> None:
         while os.getppid() == parent:
@@ -137,6 +141,7 @@ class Supervisor:
         env = dict(os.environ)
         env[LISTEN_FD_ENV] = str(self.sock.fileno())
         env[WORKER_INDEX_ENV] = str(worker.index)
+        env[SUPERVISOR_PID_ENV] = str(os.getpid())
         worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=(self.sock.fileno(),))
         worker.started = time.monotonic()
         worker.restart_at = None

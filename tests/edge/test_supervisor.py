@@ -7,8 +7,11 @@ import asyncio
 import os
 import re
 import signal
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -23,7 +26,7 @@ from edge.supervisor import (
     gives_up,
     worker_edge_id,
 )
-from tests.harness import EdgeProcess, RedisServer
+from tests.harness import EdgeProcess, ManagedProcess, RedisServer, free_port, scrubbed_environ
 
 TENANT = "supervised"
 TOKEN = "supervisor-test-token-0123456789"
@@ -185,3 +188,38 @@ def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
     supervised.process.send_signal(signal.SIGKILL)  # the supervisor alone, not its group
     assert supervised.process.wait(timeout=10) == -signal.SIGKILL
     _wait(lambda: not any(_alive(pid) for pid in workers))
+
+
+def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The worker is held before `python -m edge` runs until the test opens the gate, so
+    # the supervisor is surely gone before the worker starts watching it.
+    gate = tmp_path / "gate"
+    held = f"while [ ! -e {gate} ]; do sleep 0.05; done; exec {sys.executable} -m edge"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from edge.supervisor import Supervisor, listen_socket
+        sock = listen_socket("127.0.0.1", int(sys.argv[1]))
+        sys.exit(Supervisor(sock, 1, argv=["sh", "-c", {held!r}]).run())
+        """
+    )
+    port = free_port()
+    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
+    env["ANDROID_WS_PORT"] = str(port)
+    supervisor = ManagedProcess(
+        "supervisor",
+        [sys.executable, "-c", script, str(port)],
+        log_path=tmp_path / "supervisor.log",
+        env=scrubbed_environ(env),
+    ).start()
+    try:
+        _wait(lambda: len(_children(supervisor.pid)) == 1)
+        (worker,) = _children(supervisor.pid)
+        os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its group
+        _wait(lambda: not supervisor.running)
+        gate.touch()
+        _wait(lambda: not _alive(worker))
+    finally:
+        supervisor.stop()
