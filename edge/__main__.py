@@ -12,7 +12,7 @@ from canonical.errors import SettingsError
 from canonical.settings import GatewaySettings, load_settings
 
 from .app import build_app
-from .server import GracefulServer, make_state, uvicorn_config
+from .server import GracefulServer, check_tls, make_state, uvicorn_config
 from .supervisor import Supervisor, inherited_socket, listen_socket, watch_parent, worker_edge_id
 
 GC_YOUNG_THRESHOLD = 10_000
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     logredact.install()  # tokens, secrets and message bodies never reach a log line
     try:
         settings = load_settings()
+        check_tls(settings)
     except SettingsError as exc:
         print(f"edge: bad setting {exc}", file=sys.stderr)
         return 2

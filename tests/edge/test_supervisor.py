@@ -27,6 +27,7 @@ from edge.supervisor import (
     worker_edge_id,
 )
 from tests.harness import EdgeProcess, ManagedProcess, RedisServer, free_port, scrubbed_environ
+from tests.harness.certs import self_signed
 
 TENANT = "supervised"
 TOKEN = "supervisor-test-token-0123456789"
@@ -223,3 +224,33 @@ def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
         _wait(lambda: not _alive(worker))
     finally:
         supervisor.stop()
+
+
+@pytest.mark.parametrize("broken", ["missing certificate", "key not PEM"])
+def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_line(
+    redis_server: RedisServer, tmp_path: Path, broken: str
+) -> None:
+    cert, key = self_signed(tmp_path)
+    if broken == "missing certificate":
+        cert = tmp_path / "missing.crt"
+    else:
+        key.write_text("not a key\n")
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+            "ANDROID_WS_CERT": str(cert),
+            "ANDROID_WS_KEY": str(key),
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: not edge.running)
+        assert edge.process.wait(0) == EXIT_BAD_SETTINGS
+        assert "edge: bad setting ANDROID_WS_CERT/ANDROID_WS_KEY" in edge.log_text()
+        assert "Traceback" not in edge.log_text()
+    finally:
+        edge.stop()
