@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import signal
+import ssl
 import sys
 import textwrap
 import time
@@ -252,5 +253,42 @@ def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_lin
         assert edge.process.wait(0) == EXIT_BAD_SETTINGS
         assert "edge: bad setting ANDROID_WS_CERT/ANDROID_WS_KEY" in edge.log_text()
         assert "Traceback" not in edge.log_text()
+    finally:
+        edge.stop()
+
+
+def test_supervised_workers_serve_wss_with_the_configured_certificate(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    cert, key = self_signed(tmp_path)
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+            "ANDROID_WS_CERT": str(cert),
+            "ANDROID_WS_KEY": str(key),
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    trust = ssl.create_default_context(cafile=str(cert))
+
+    async def over_tls() -> None:
+        bus = open_bus(redis_server.url)
+        try:
+            await bus.register_tenant(TENANT, TOKEN, ttl_s=600)
+        finally:
+            await bus.close()
+        client = await DeviceClient(f"wss://localhost:{edge.port}/ws", ssl=trust).connect()
+        try:
+            assert (await client.hello_pheby(TOKEN))["type"] == "ready"
+        finally:
+            await client.close()
+
+    try:
+        _wait(lambda: _listening_workers(edge) == 2)
+        asyncio.run(over_tls())
     finally:
         edge.stop()
