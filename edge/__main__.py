@@ -13,7 +13,7 @@ from canonical.settings import GatewaySettings, load_settings
 
 from .app import build_app
 from .server import GracefulServer, check_tls, make_state, uvicorn_config
-from .supervisor import Supervisor, inherited_socket, listen_socket, watch_parent, worker_edge_id
+from .supervisor import Supervisor, inherited_sockets, listen_sockets, watch_parent, worker_edge_id
 
 GC_YOUNG_THRESHOLD = 10_000
 
@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    sock = inherited_socket()
-    if sock is None and settings.edge_workers > 1:
+    socks = inherited_sockets()
+    if socks is None and settings.edge_workers > 1:
         return supervise(settings)
     settings.edge_id = worker_edge_id(settings.edge_id)
     bus = open_bus(settings.bus_url, settings.redis_timeouts())
@@ -53,14 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     # full one scans every live connection's objects): ~24 % of the edge's CPU (py-spy
     # --native). Refcounting frees nearly all of it anyway; at 10,000: no full collection.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run(sockets=[sock] if sock is not None else None)
+    server.run(sockets=socks)
     return 0
 
 
 def supervise(settings: GatewaySettings) -> int:
     """ANDROID_EDGE_WORKERS > 1: bind once, run that many edge processes on the socket."""
     try:
-        sock = listen_socket(settings.ws_host, settings.ws_port)
+        socks = listen_sockets(settings.ws_host, settings.ws_port)
     except OSError as exc:
         print(
             f"edge: cannot listen on {settings.ws_host}:{settings.ws_port}: {exc}", file=sys.stderr
@@ -72,7 +72,7 @@ def supervise(settings: GatewaySettings) -> int:
         settings.ws_host,
         settings.ws_port,
     )
-    return Supervisor(sock, settings.edge_workers).run()
+    return Supervisor(socks, settings.edge_workers).run()
 
 
 if __name__ == "__main__":

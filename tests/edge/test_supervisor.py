@@ -4,9 +4,11 @@ own, and real `python -m edge` supervisors on a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import re
 import signal
+import socket
 import ssl
 import sys
 import textwrap
@@ -202,9 +204,9 @@ def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
     script = textwrap.dedent(
         f"""
         import sys
-        from edge.supervisor import Supervisor, listen_socket
-        sock = listen_socket("127.0.0.1", int(sys.argv[1]))
-        sys.exit(Supervisor(sock, 1, argv=["sh", "-c", {held!r}]).run())
+        from edge.supervisor import Supervisor, listen_sockets
+        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
+        sys.exit(Supervisor(socks, 1, argv=["sh", "-c", {held!r}]).run())
         """
     )
     port = free_port()
@@ -290,5 +292,40 @@ def test_supervised_workers_serve_wss_with_the_configured_certificate(
     try:
         _wait(lambda: _listening_workers(edge) == 2)
         asyncio.run(over_tls())
+    finally:
+        edge.stop()
+
+
+def _healthz(host: str, port: int) -> bool:
+    connection = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_edge_on_the_ipv6_any_address_listens_on_ipv6_alone_with_or_without_workers(
+    redis_server: RedisServer, tmp_path: Path, workers: str
+) -> None:
+    port = free_port()
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "::",
+            "ANDROID_WS_PORT": str(port),
+            "ANDROID_EDGE_WORKERS": workers,
+        },
+        port=port,
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: _healthz("::1", port))
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         edge.stop()
