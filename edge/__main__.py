@@ -38,7 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     if socks is None and settings.edge_workers > 1:
         return supervise(settings)
     settings.edge_id = worker_edge_id(settings.edge_id)
-    bus = open_bus(settings.bus_url, settings.redis_timeouts())
+    try:
+        bus = open_bus(settings.bus_url, settings.redis_timeouts())
+    except ValueError as exc:  # a URL the scheme check let through: a port, a query option
+        # Exit 2, as for any bad setting: a supervisor then stops instead of restarting
+        # workers that can never start.
+        print(f"edge: bad setting ANDROID_BUS_URL: {exc}", file=sys.stderr)
+        return 2
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)

@@ -329,3 +329,26 @@ def test_an_edge_on_the_ipv6_any_address_listens_on_ipv6_alone_with_or_without_w
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
     finally:
         edge.stop()
+
+
+def test_a_bus_url_the_workers_cannot_open_stops_the_supervisor_with_one_line(
+    tmp_path: Path,
+) -> None:
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": "redis://127.0.0.1:no-port/0",  # the scheme is right
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: not edge.running)
+        assert edge.process.wait(0) == EXIT_BAD_SETTINGS
+        assert "edge: bad setting ANDROID_BUS_URL" in edge.log_text()
+        assert "refused to start (exit 2): stopping" in edge.log_text()
+        assert "Traceback" not in edge.log_text()
+    finally:
+        edge.stop()
