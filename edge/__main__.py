@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     # full one scans every live connection's objects): ~24 % of the edge's CPU (py-spy
     # --native). Refcounting frees nearly all of it anyway; at 10,000: no full collection.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run(sockets=socks)
+    try:
+        server.run(sockets=socks)
+    except KeyboardInterrupt:
+        # uvicorn re-raises a captured SIGINT once it has shut down gracefully (Ctrl-C in
+        # a terminal reaches every worker too): the shutdown is done, not an error.
+        pass
     return 0
 
 

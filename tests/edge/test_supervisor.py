@@ -352,3 +352,22 @@ def test_a_bus_url_the_workers_cannot_open_stops_the_supervisor_with_one_line(
         assert "Traceback" not in edge.log_text()
     finally:
         edge.stop()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_the_edge_cleanly_with_or_without_workers(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess], workers: str
+) -> None:
+    edge = edge_factory(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": workers,
+        },
+        port_env="ANDROID_WS_PORT",
+    )
+    _wait(lambda: _listening_workers(edge) == int(workers))
+    os.killpg(edge.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+    _wait(lambda: not edge.running)
+    assert edge.process.wait(0) == 0
+    assert "Traceback" not in edge.log_text()
