@@ -160,6 +160,22 @@ class Supervisor:
         worker.restart_at = None
         log.info("edge worker %d started (pid %d)", worker.index, worker.proc.pid)
 
+    def _restart(self, worker: _Worker) -> None:
+        """Start a worker again; a spawn that fails (the interpreter replaced by a deploy,
+        no memory or pids left) is tried again later, like a worker that died at once,
+        instead of ending the supervisor and every worker still serving."""
+        try:
+            self._start(worker)
+        except OSError as exc:
+            delay = worker.backoff.next_delay(0.0)
+            worker.restart_at = time.monotonic() + delay
+            log.error(
+                "edge worker %d could not be started (%s); trying again in %.1f s",
+                worker.index,
+                exc,
+                delay,
+            )
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
 
@@ -183,7 +199,7 @@ class Supervisor:
             for worker in self.workers:
                 if worker.restart_at is not None:
                     if now >= worker.restart_at:
-                        self._start(worker)
+                        self._restart(worker)
                     continue
                 assert worker.proc is not None
                 code = worker.proc.poll()

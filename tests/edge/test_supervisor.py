@@ -371,3 +371,48 @@ def test_ctrl_c_stops_the_edge_cleanly_with_or_without_workers(
     _wait(lambda: not edge.running)
     assert edge.process.wait(0) == 0
     assert "Traceback" not in edge.log_text()
+
+
+def test_a_worker_that_cannot_be_spawned_again_is_retried_while_the_others_serve(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The workers' program, which a deploy may replace while the supervisor runs.
+    program = tmp_path / "edge-worker"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} -m edge\n")
+    program.chmod(0o755)
+    away = tmp_path / "edge-worker.away"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from edge.supervisor import Supervisor, listen_sockets
+        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
+        sys.exit(Supervisor(socks, 2, argv=[{str(program)!r}]).run())
+        """
+    )
+    port = free_port()
+    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
+    env["ANDROID_WS_PORT"] = str(port)
+    supervisor = ManagedProcess(
+        "supervisor",
+        [sys.executable, "-c", script, str(port)],
+        log_path=tmp_path / "supervisor.log",
+        env=scrubbed_environ(env),
+    ).start()
+
+    def logged(text: str) -> Callable[[], bool]:
+        return lambda: text in supervisor.log_text() or not supervisor.running
+
+    try:
+        _wait(lambda: len(_children(supervisor.pid)) == 2)
+        first, second = _children(supervisor.pid)
+        program.rename(away)
+        os.kill(first, signal.SIGKILL)
+        _wait(logged("edge worker 0 could not be started"))
+        assert supervisor.running
+        assert _alive(second)
+        away.rename(program)
+        _wait(lambda: len(_children(supervisor.pid)) == 2 or not supervisor.running)
+        assert supervisor.running
+        assert second in _children(supervisor.pid)
+    finally:
+        supervisor.stop()
