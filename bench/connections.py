@@ -313,6 +313,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
             script,
             *(["--workers", str(workers)] if workers > 1 else []),
             cpu=CPU_SERVER if workers == 1 else None,
+            processes=workers + 1 if workers > 1 else 1,  # the supervisor and its workers
         )
         try:
             runs.append(

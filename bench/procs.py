@@ -161,10 +161,12 @@ def wait_port(port: int, proc: ManagedProcess, timeout: float = 30.0) -> None:
 
 
 def start_peer(
-    kind: str, script: str, *args: str, cpu: str | None = CPU_SERVER
+    kind: str, script: str, *args: str, cpu: str | None = CPU_SERVER, processes: int = 1
 ) -> tuple[int, ManagedProcess]:
     """``bench/peers/<script> --port P [args]`` on a free port, pinned to the server CPU
-    (unless ``cpu`` is None), once it listens (stopped again if it does not)."""
+    (unless ``cpu`` is None), once it listens and its process tree has ``processes``
+    processes (stopped again if not). A supervisor's port opens when it binds, before it
+    has started its workers: measured then, their CPU and memory would be left out."""
     port = free_port()
     proc = spawn(
         f"{kind}-{port}",
@@ -173,6 +175,12 @@ def start_peer(
     )
     try:
         wait_port(port, proc)
+        proc.wait_until(
+            lambda: len(process_tree(proc.pid)) >= processes,
+            30.0,
+            interval=0.05,
+            what=f"{processes} processes",
+        )
     except BaseException:
         proc.stop()
         raise

@@ -12,8 +12,8 @@ from canonical.errors import SettingsError
 from canonical.settings import GatewaySettings, load_settings
 
 from .app import build_app
-from .server import GracefulServer, make_state, uvicorn_config
-from .supervisor import Supervisor, inherited_socket, listen_socket, watch_parent, worker_edge_id
+from .server import GracefulServer, check_tls, make_state, uvicorn_config
+from .supervisor import Supervisor, inherited_sockets, listen_sockets, watch_parent, worker_edge_id
 
 GC_YOUNG_THRESHOLD = 10_000
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     logredact.install()  # tokens, secrets and message bodies never reach a log line
     try:
         settings = load_settings()
+        check_tls(settings)
     except SettingsError as exc:
         print(f"edge: bad setting {exc}", file=sys.stderr)
         return 2
@@ -33,11 +34,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    sock = inherited_socket()
-    if sock is None and settings.edge_workers > 1:
+    socks = inherited_sockets()
+    if socks is None and settings.edge_workers > 1:
         return supervise(settings)
     settings.edge_id = worker_edge_id(settings.edge_id)
-    bus = open_bus(settings.bus_url, settings.redis_timeouts())
+    try:
+        bus = open_bus(settings.bus_url, settings.redis_timeouts())
+    except ValueError as exc:  # a URL the scheme check let through: a port, a query option
+        # Exit 2, as for any bad setting: a supervisor then stops instead of restarting
+        # workers that can never start.
+        print(f"edge: bad setting ANDROID_BUS_URL: {exc}", file=sys.stderr)
+        return 2
     state = make_state(settings, bus)
     app = build_app(state, own_bus=True)
     config = uvicorn_config(app, settings)
@@ -52,14 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     # full one scans every live connection's objects): ~24 % of the edge's CPU (py-spy
     # --native). Refcounting frees nearly all of it anyway; at 10,000: no full collection.
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run(sockets=[sock] if sock is not None else None)
+    try:
+        server.run(sockets=socks)
+    except KeyboardInterrupt:
+        # uvicorn re-raises a captured SIGINT once it has shut down gracefully (Ctrl-C in
+        # a terminal reaches every worker too): the shutdown is done, not an error.
+        pass
     return 0
 
 
 def supervise(settings: GatewaySettings) -> int:
     """ANDROID_EDGE_WORKERS > 1: bind once, run that many edge processes on the socket."""
     try:
-        sock = listen_socket(settings.ws_host, settings.ws_port)
+        socks = listen_sockets(settings.ws_host, settings.ws_port)
     except OSError as exc:
         print(
             f"edge: cannot listen on {settings.ws_host}:{settings.ws_port}: {exc}", file=sys.stderr
@@ -71,7 +83,7 @@ def supervise(settings: GatewaySettings) -> int:
         settings.ws_host,
         settings.ws_port,
     )
-    return Supervisor(sock, settings.edge_workers).run()
+    return Supervisor(socks, settings.edge_workers).run()
 
 
 if __name__ == "__main__":

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import Generator
 from typing import Any
 
 import uvicorn
 
+from canonical.errors import SettingsError
 from canonical.protocol import MAX_FRAME_BYTES
 from canonical.settings import GatewaySettings
 
@@ -42,6 +44,23 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
     }
     options.update(overrides)
     return uvicorn.Config(app, **options)
+
+
+def check_tls(settings: GatewaySettings) -> None:
+    """Raise :class:`SettingsError` now if the certificate and key cannot be loaded.
+
+    uvicorn loads them only once the port is bound: a lone edge would die with a
+    traceback, and a supervisor's workers would die young and be restarted for ever
+    while the port accepts devices nobody serves.
+    """
+    if not (settings.ws_cert and settings.ws_key):
+        return
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(settings.ws_cert, settings.ws_key)
+    except OSError as exc:  # ssl.SSLError is an OSError
+        raise SettingsError(
+            "ANDROID_WS_CERT/ANDROID_WS_KEY", f"cannot load the certificate and key ({exc})"
+        ) from None
 
 
 async def going_away(state: EdgeState, timeout: float = 2.0) -> None:
@@ -103,6 +122,7 @@ __all__ = [
     "EmbeddedServer",
     "GracefulServer",
     "bind_check",
+    "check_tls",
     "build_app",
     "going_away",
     "make_state",

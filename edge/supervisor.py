@@ -30,6 +30,7 @@ from types import FrameType
 
 LISTEN_FD_ENV = "HDG_EDGE_LISTEN_FD"
 WORKER_INDEX_ENV = "HDG_EDGE_WORKER"
+SUPERVISOR_PID_ENV = "HDG_EDGE_SUPERVISOR"
 EXIT_BAD_SETTINGS = 2
 BACKLOG = 2048  # uvicorn's default
 
@@ -58,27 +59,39 @@ def gives_up(exit_code: int, lived_s: float, started_ok_before: bool) -> bool:
     return exit_code == EXIT_BAD_SETTINGS and not started_ok_before and lived_s < 10.0
 
 
-def listen_socket(host: str, port: int) -> socket.socket:
-    """The listening socket every worker inherits (as uvicorn would bind it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+def listen_sockets(host: str, port: int) -> list[socket.socket]:
+    """The listening sockets every worker inherits, bound as a lone edge binds them
+    (asyncio's ``create_server``): one per address ``host`` resolves to (both families
+    for a name such as ``localhost``, every interface for an empty host), and an IPv6
+    socket only for IPv6 (``::`` must not start taking IPv4 because workers were asked).
+    """
+    infos = socket.getaddrinfo(
+        host or None, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+    )
+    socks: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(BACKLOG)
-        sock.set_inheritable(True)
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            sock.set_inheritable(True)
     except OSError:
-        sock.close()
+        for sock in socks:
+            sock.close()
         raise
-    return sock
+    return socks
 
 
-def inherited_socket() -> socket.socket | None:
-    """In a worker: the supervisor's listening socket, else None (a lone edge binds its own)."""
-    fd = os.environ.get(LISTEN_FD_ENV)
-    if not fd:
+def inherited_sockets() -> list[socket.socket] | None:
+    """In a worker: the supervisor's listening sockets, else None (a lone edge binds its own)."""
+    fds = os.environ.get(LISTEN_FD_ENV)
+    if not fds:
         return None
-    return socket.socket(fileno=int(fd))
+    return [socket.socket(fileno=int(fd)) for fd in fds.split(",")]
 
 
 def worker_edge_id(edge_id: str | None) -> str | None:
@@ -94,7 +107,10 @@ def watch_parent(stop: Callable[[], None], interval_s: float = 1.0) -> None:
     so an edge never outlives its supervisor holding the port."""
     if WORKER_INDEX_ENV not in os.environ:
         return
-    parent = os.getppid()
+    # The supervisor's pid from its environment, not getppid() now: a supervisor killed
+    # while this worker was still importing has already left it re-parented, and the
+    # worker would then watch its new parent and outlive the supervisor holding the port.
+    parent = int(os.environ.get(SUPERVISOR_PID_ENV) or os.getppid())
 
     def poll() -> None:
         while os.getppid() == parent:
@@ -115,18 +131,18 @@ class _Worker:
 
 
 class Supervisor:
-    """Runs ``count`` workers on ``sock`` until SIGTERM/SIGINT; returns the exit status."""
+    """Runs ``count`` workers on ``socks`` until SIGTERM/SIGINT; returns the exit status."""
 
     def __init__(
         self,
-        sock: socket.socket,
+        socks: list[socket.socket],
         count: int,
         *,
         argv: list[str] | None = None,
         grace_s: float = 10.0,
         poll_s: float = 0.1,
     ) -> None:
-        self.sock = sock
+        self.socks = socks
         self.argv = argv or [sys.executable, "-m", "edge"]
         self.grace_s = grace_s
         self.poll_s = poll_s
@@ -135,12 +151,30 @@ class Supervisor:
 
     def _start(self, worker: _Worker) -> None:
         env = dict(os.environ)
-        env[LISTEN_FD_ENV] = str(self.sock.fileno())
+        fds = tuple(sock.fileno() for sock in self.socks)
+        env[LISTEN_FD_ENV] = ",".join(map(str, fds))
         env[WORKER_INDEX_ENV] = str(worker.index)
-        worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=(self.sock.fileno(),))
+        env[SUPERVISOR_PID_ENV] = str(os.getpid())
+        worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=fds)
         worker.started = time.monotonic()
         worker.restart_at = None
         log.info("edge worker %d started (pid %d)", worker.index, worker.proc.pid)
+
+    def _restart(self, worker: _Worker) -> None:
+        """Start a worker again; a spawn that fails (the interpreter replaced by a deploy,
+        no memory or pids left) is tried again later, like a worker that died at once,
+        instead of ending the supervisor and every worker still serving."""
+        try:
+            self._start(worker)
+        except OSError as exc:
+            delay = worker.backoff.next_delay(0.0)
+            worker.restart_at = time.monotonic() + delay
+            log.error(
+                "edge worker %d could not be started (%s); trying again in %.1f s",
+                worker.index,
+                exc,
+                delay,
+            )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping = True
@@ -165,7 +199,7 @@ class Supervisor:
             for worker in self.workers:
                 if worker.restart_at is not None:
                     if now >= worker.restart_at:
-                        self._start(worker)
+                        self._restart(worker)
                     continue
                 assert worker.proc is not None
                 code = worker.proc.poll()
@@ -203,4 +237,5 @@ class Supervisor:
                 log.warning("edge worker pid %d did not stop in time: killed", proc.pid)
                 proc.kill()
                 proc.wait()
-        self.sock.close()
+        for sock in self.socks:
+            sock.close()

@@ -67,13 +67,13 @@ if __name__ == "__main__":
     options = parser.parse_args()
     raise_nofile()
     # Several workers: the edge's own supervisor, so only the app differs there too.
-    from edge.supervisor import Supervisor, inherited_socket, listen_socket, watch_parent
+    from edge.supervisor import Supervisor, inherited_sockets, listen_sockets, watch_parent
 
-    sock = inherited_socket()
-    if sock is None and options.workers > 1:
+    socks = inherited_sockets()
+    if socks is None and options.workers > 1:
         argv = [sys.executable, __file__, "--port", str(options.port)]
         sys.exit(
-            Supervisor(listen_socket("127.0.0.1", options.port), options.workers, argv=argv).run()
+            Supervisor(listen_sockets("127.0.0.1", options.port), options.workers, argv=argv).run()
         )
     server = uvicorn.Server(config(options.port))
     watch_parent(lambda: setattr(server, "should_exit", True))
@@ -82,4 +82,4 @@ if __name__ == "__main__":
 
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run(sockets=[sock] if sock is not None else None)
+    server.run(sockets=socks)

@@ -4,11 +4,17 @@ own, and real `python -m edge` supervisors on a real redis-server."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import os
 import re
 import signal
+import socket
+import ssl
+import sys
+import textwrap
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -23,7 +29,8 @@ from edge.supervisor import (
     gives_up,
     worker_edge_id,
 )
-from tests.harness import EdgeProcess, RedisServer
+from tests.harness import EdgeProcess, ManagedProcess, RedisServer, free_port, scrubbed_environ
+from tests.harness.certs import self_signed
 
 TENANT = "supervised"
 TOKEN = "supervisor-test-token-0123456789"
@@ -185,3 +192,227 @@ def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
     supervised.process.send_signal(signal.SIGKILL)  # the supervisor alone, not its group
     assert supervised.process.wait(timeout=10) == -signal.SIGKILL
     _wait(lambda: not any(_alive(pid) for pid in workers))
+
+
+def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The worker is held before `python -m edge` runs until the test opens the gate, so
+    # the supervisor is surely gone before the worker starts watching it.
+    gate = tmp_path / "gate"
+    held = f"while [ ! -e {gate} ]; do sleep 0.05; done; exec {sys.executable} -m edge"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from edge.supervisor import Supervisor, listen_sockets
+        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
+        sys.exit(Supervisor(socks, 1, argv=["sh", "-c", {held!r}]).run())
+        """
+    )
+    port = free_port()
+    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
+    env["ANDROID_WS_PORT"] = str(port)
+    supervisor = ManagedProcess(
+        "supervisor",
+        [sys.executable, "-c", script, str(port)],
+        log_path=tmp_path / "supervisor.log",
+        env=scrubbed_environ(env),
+    ).start()
+    try:
+        _wait(lambda: len(_children(supervisor.pid)) == 1)
+        (worker,) = _children(supervisor.pid)
+        os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its group
+        _wait(lambda: not supervisor.running)
+        gate.touch()
+        _wait(lambda: not _alive(worker))
+    finally:
+        supervisor.stop()
+
+
+@pytest.mark.parametrize("broken", ["missing certificate", "key not PEM"])
+def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_line(
+    redis_server: RedisServer, tmp_path: Path, broken: str
+) -> None:
+    cert, key = self_signed(tmp_path)
+    if broken == "missing certificate":
+        cert = tmp_path / "missing.crt"
+    else:
+        key.write_text("not a key\n")
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+            "ANDROID_WS_CERT": str(cert),
+            "ANDROID_WS_KEY": str(key),
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: not edge.running)
+        assert edge.process.wait(0) == EXIT_BAD_SETTINGS
+        assert "edge: bad setting ANDROID_WS_CERT/ANDROID_WS_KEY" in edge.log_text()
+        assert "Traceback" not in edge.log_text()
+    finally:
+        edge.stop()
+
+
+def test_supervised_workers_serve_wss_with_the_configured_certificate(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    cert, key = self_signed(tmp_path)
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+            "ANDROID_WS_CERT": str(cert),
+            "ANDROID_WS_KEY": str(key),
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    trust = ssl.create_default_context(cafile=str(cert))
+
+    async def over_tls() -> None:
+        bus = open_bus(redis_server.url)
+        try:
+            await bus.register_tenant(TENANT, TOKEN, ttl_s=600)
+        finally:
+            await bus.close()
+        client = await DeviceClient(f"wss://localhost:{edge.port}/ws", ssl=trust).connect()
+        try:
+            assert (await client.hello_pheby(TOKEN))["type"] == "ready"
+        finally:
+            await client.close()
+
+    try:
+        _wait(lambda: _listening_workers(edge) == 2)
+        asyncio.run(over_tls())
+    finally:
+        edge.stop()
+
+
+def _healthz(host: str, port: int) -> bool:
+    connection = http.client.HTTPConnection(host, port, timeout=5)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_edge_on_the_ipv6_any_address_listens_on_ipv6_alone_with_or_without_workers(
+    redis_server: RedisServer, tmp_path: Path, workers: str
+) -> None:
+    port = free_port()
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "::",
+            "ANDROID_WS_PORT": str(port),
+            "ANDROID_EDGE_WORKERS": workers,
+        },
+        port=port,
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: _healthz("::1", port))
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        edge.stop()
+
+
+def test_a_bus_url_the_workers_cannot_open_stops_the_supervisor_with_one_line(
+    tmp_path: Path,
+) -> None:
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": "redis://127.0.0.1:no-port/0",  # the scheme is right
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+        },
+        port_env="ANDROID_WS_PORT",
+        workdir=tmp_path / "edge",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: not edge.running)
+        assert edge.process.wait(0) == EXIT_BAD_SETTINGS
+        assert "edge: bad setting ANDROID_BUS_URL" in edge.log_text()
+        assert "refused to start (exit 2): stopping" in edge.log_text()
+        assert "Traceback" not in edge.log_text()
+    finally:
+        edge.stop()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_the_edge_cleanly_with_or_without_workers(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess], workers: str
+) -> None:
+    edge = edge_factory(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": workers,
+        },
+        port_env="ANDROID_WS_PORT",
+    )
+    _wait(lambda: _listening_workers(edge) == int(workers))
+    os.killpg(edge.pid, signal.SIGINT)  # a terminal's Ctrl-C: the whole process group
+    _wait(lambda: not edge.running)
+    assert edge.process.wait(0) == 0
+    assert "Traceback" not in edge.log_text()
+
+
+def test_a_worker_that_cannot_be_spawned_again_is_retried_while_the_others_serve(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    # The workers' program, which a deploy may replace while the supervisor runs.
+    program = tmp_path / "edge-worker"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} -m edge\n")
+    program.chmod(0o755)
+    away = tmp_path / "edge-worker.away"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from edge.supervisor import Supervisor, listen_sockets
+        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
+        sys.exit(Supervisor(socks, 2, argv=[{str(program)!r}]).run())
+        """
+    )
+    port = free_port()
+    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
+    env["ANDROID_WS_PORT"] = str(port)
+    supervisor = ManagedProcess(
+        "supervisor",
+        [sys.executable, "-c", script, str(port)],
+        log_path=tmp_path / "supervisor.log",
+        env=scrubbed_environ(env),
+    ).start()
+
+    def logged(text: str) -> Callable[[], bool]:
+        return lambda: text in supervisor.log_text() or not supervisor.running
+
+    try:
+        _wait(lambda: len(_children(supervisor.pid)) == 2)
+        first, second = _children(supervisor.pid)
+        program.rename(away)
+        os.kill(first, signal.SIGKILL)
+        _wait(logged("edge worker 0 could not be started"))
+        assert supervisor.running
+        assert _alive(second)
+        away.rename(program)
+        _wait(lambda: len(_children(supervisor.pid)) == 2 or not supervisor.running)
+        assert supervisor.running
+        assert second in _children(supervisor.pid)
+    finally:
+        supervisor.stop()
