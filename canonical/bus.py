@@ -139,11 +139,13 @@ class Bus(abc.ABC):
     async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
         """Several events of one tenant in one round trip, in order."""
 
-    def publish_nowait(self, tenant: str, payload: bytes) -> bool:
+    def publish_nowait(
+        self, tenant: str, payload: bytes, on_lost: Callable[[], None] | None = None
+    ) -> bool:
         """Hand an event to the bus without awaiting, in order with the publishes handed
         over before it; False when that cannot be done now (the caller queues it for
-        ``publish``). A failure after hand-over is only logged: the outbox keeps the event
-        and devices catch up by replay."""
+        ``publish``). A failure after hand-over is logged and reported to ``on_lost``: the
+        outbox keeps the event, and the caller has devices catch up by replay."""
         return False
 
     @abc.abstractmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -322,11 +323,13 @@ class RedisBus(Bus):
     async def publish(self, tenant: str, payload: bytes) -> None:
         await self.mux.execute("PUBLISH", event_channel(tenant), payload)
 
-    def publish_nowait(self, tenant: str, payload: bytes) -> bool:
+    def publish_nowait(
+        self, tenant: str, payload: bytes, on_lost: Callable[[], None] | None = None
+    ) -> bool:
         sent = self.mux.try_send(("PUBLISH", event_channel(tenant), payload))
         if sent is None:
             return False
-        sent.add_done_callback(_publish_done)
+        sent.add_done_callback(functools.partial(_publish_done, on_lost))
         return True
 
     async def publish_many(self, tenant: str, payloads: list[bytes]) -> None:
@@ -442,9 +445,11 @@ class RedisBus(Bus):
         await self.blocking.aclose()
 
 
-def _publish_done(sent: asyncio.Future[Any]) -> None:
+def _publish_done(on_lost: Callable[[], None] | None, sent: asyncio.Future[Any]) -> None:
     if not sent.cancelled() and sent.exception() is not None:
         log.warning("bus unavailable; event kept in the outbox for replay")
+        if on_lost is not None:
+            on_lost()
 
 
 def _xadd(tenant: str, command: Json) -> Command:

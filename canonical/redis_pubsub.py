@@ -30,6 +30,10 @@ from .redis_timeouts import RedisTimeouts
 log = logging.getLogger("hdg.bus")
 
 MessageHandler = Callable[[bytes, bytes], None]
+# Error replies of a server that answers but serves no commands for a while: loading its
+# data set (a restart, a replica's full resync) or running a long script. Subscriptions
+# and PUBLISH still work while it loads; nothing is published while a script runs.
+ALIVE_ERRORS = ("LOADING", "BUSY")
 
 
 class SubscriberWire(asyncio.Protocol):
@@ -84,6 +88,10 @@ class SubscriberWire(asyncio.Protocol):
                 except Exception:  # one bad message must not end the subscription
                     log.exception("bus message handler failed")
             elif isinstance(reply, ResponseError):
+                if self.subscribed.done() and str(reply).startswith(ALIVE_ERRORS):
+                    # The health check's PING refused by a server that is alive and keeps
+                    # the subscription: dropping it would only resync every device.
+                    continue
                 # AUTH refused, or a command Redis rejects in subscribed mode.
                 self.end(f"redis refused the subscription: {reply}")
                 return
@@ -161,4 +169,4 @@ def silence_verdict(silent_s: float, timeouts: RedisTimeouts) -> tuple[str, floa
     return "dead", timeouts.command_s
 
 
-__all__ = ["SubscriberWire", "hold", "open_subscriber", "silence_verdict"]
+__all__ = ["ALIVE_ERRORS", "SubscriberWire", "hold", "open_subscriber", "silence_verdict"]

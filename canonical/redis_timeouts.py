@@ -8,6 +8,7 @@ and the existing reconnect logic takes over. Pure values and option builders: no
 
 from __future__ import annotations
 
+import math
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,9 @@ from typing import Any
 # TCP keep-alive probes after the first silent interval: a peer gone without a FIN is
 # dropped by the kernel after about health_check_s * (1 + 1/3 * KEEPALIVE_PROBES).
 KEEPALIVE_PROBES = 3
+# The kernel refuses a keep-alive idle time or interval above this (Linux's
+# MAX_TCP_KEEPIDLE and MAX_TCP_KEEPINTVL): redis-py would then fail every connect.
+KEEPALIVE_MAX_S = 32_767
 
 
 @dataclass(frozen=True)
@@ -29,13 +33,15 @@ class RedisTimeouts:
 
     def __post_init__(self) -> None:
         for name in ("connect_s", "command_s", "health_check_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"RedisTimeouts.{name} must be > 0, not {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"RedisTimeouts.{name} must be finite and > 0, not {value!r}")
 
 
 def keepalive_options(health_check_s: float) -> dict[int, int]:
-    """TCP keep-alive timing (idle, interval, probes) for the options this platform has."""
-    idle = max(1, int(health_check_s))
+    """TCP keep-alive timing (idle, interval, probes) for the options this platform has;
+    a health check longer than the kernel accepts probes at its longest idle time."""
+    idle = max(1, min(int(health_check_s), KEEPALIVE_MAX_S))
     wanted = {
         "TCP_KEEPIDLE": idle,
         "TCP_KEEPINTVL": max(1, idle // 3),
@@ -60,4 +66,10 @@ def redis_py_options(
     return options
 
 
-__all__ = ["KEEPALIVE_PROBES", "RedisTimeouts", "keepalive_options", "redis_py_options"]
+__all__ = [
+    "KEEPALIVE_MAX_S",
+    "KEEPALIVE_PROBES",
+    "RedisTimeouts",
+    "keepalive_options",
+    "redis_py_options",
+]

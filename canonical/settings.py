@@ -204,18 +204,21 @@ class GatewaySettings(BaseSettings):
     redis_connect_timeout_s: float = Field(
         default=2.0,
         gt=0,
+        allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_CONNECT_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["redis_connect_timeout_s"]},
     )
     redis_command_timeout_s: float = Field(
         default=5.0,
         gt=0,
+        allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_COMMAND_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["redis_command_timeout_s"]},
     )
     redis_health_check_s: float = Field(
         default=15.0,
         gt=0,
+        allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_HEALTH_CHECK_S",
         json_schema_extra={"extra_keys": ["redis_health_check_s"]},
     )

@@ -120,6 +120,8 @@ class Controller:
         self.jobs = JobQueue(settings, self.attachments.storage_root)
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._publishing = False  # the publisher has a batch in flight
+        # Tells the edges to resync once an event could not be published (_doorbell_lost).
+        self._doorbell_repair: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._consumer_name = f"plugin-{tenant}"
         # Entries carried out whose XACK failed: acked with the next ones (insertion order).
@@ -143,10 +145,7 @@ class Controller:
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor. Awaited here, before connect()
         # returns, so it can never hit a device that connects to this new process.
-        await self.bus.publish(
-            self.tenant,
-            dumps({"type": "_control", "action": "resync", "tenant": self.tenant}).encode(),
-        )
+        await self.bus.publish(self.tenant, self._resync_notice())
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
@@ -203,6 +202,9 @@ class Controller:
         admin.detach(self)
         await self.push.close()
         await self.jobs.close()
+        if self._doorbell_repair is not None:
+            self._tasks.append(self._doorbell_repair)
+            self._doorbell_repair = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -253,7 +255,7 @@ class Controller:
             # Straight onto the bus connection when nothing is queued or in flight (no
             # task wake-up per event); otherwise behind what is, so order holds.
             if queue.empty() and not self._publishing:
-                if self.bus.publish_nowait(self.tenant, payload):
+                if self.bus.publish_nowait(self.tenant, payload, self._doorbell_lost):
                     continue
             queue.put_nowait(payload)
 
@@ -282,11 +284,40 @@ class Controller:
                 else:
                     await self.bus.publish(self.tenant, batch[0])
             except BusUnavailable:
-                # The outbox has it; edges resync every device from its cursor when
-                # their subscription comes back, so dropping the doorbell loses nothing.
+                # The outbox has it, and devices catch up from their cursors once told.
                 log.warning("bus unavailable; event kept in the outbox for replay")
+                self._doorbell_lost()
             finally:
                 self._publishing = False
+
+    def _resync_notice(self) -> bytes:
+        return dumps({"type": "_control", "action": "resync", "tenant": self.tenant}).encode()
+
+    def _doorbell_lost(self) -> None:
+        """An event's publish failed. The edges resync their devices when their own
+        subscription was lost, but Redis may have been out of reach of this process alone
+        (a partition, or a command timeout shorter than their health check): then
+        nothing else tells them. Once the bus answers, they are told to resync."""
+        if self.running and (self._doorbell_repair is None or self._doorbell_repair.done()):
+            self._doorbell_repair = asyncio.get_running_loop().create_task(
+                self._repair_doorbell(), name="hdg-doorbell-repair"
+            )
+
+    async def _repair_doorbell(self) -> None:
+        backoff = 0.1
+        while True:
+            await asyncio.sleep(backoff)
+            try:
+                await self.bus.publish(self.tenant, self._resync_notice())
+            except BusUnavailable:
+                backoff = min(backoff * 2, 5.0)
+                continue
+            except Exception:  # an error reply (out of memory...): the next try may pass
+                log.exception("telling the edges to resync failed; retrying")
+                backoff = min(backoff * 2, 5.0)
+                continue
+            log.info("bus back after lost events: edges told to resync their devices")
+            return
 
     async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
         self._note_reply(command, kind, body)

@@ -57,13 +57,13 @@ class WorkerConfig(BaseSettings):
     bus_url: str = _env("ANDROID_BUS_URL", "bus_url", "redis://127.0.0.1:6379/0")
     # The same names and defaults as the gateway's (canonical.settings).
     redis_connect_timeout_s: float = _env(
-        "ANDROID_REDIS_CONNECT_TIMEOUT_S", "redis_connect_timeout_s", 2.0, gt=0
+        "ANDROID_REDIS_CONNECT_TIMEOUT_S", "redis_connect_timeout_s", 2.0, gt=0, allow_inf_nan=False
     )
     redis_command_timeout_s: float = _env(
-        "ANDROID_REDIS_COMMAND_TIMEOUT_S", "redis_command_timeout_s", 5.0, gt=0
+        "ANDROID_REDIS_COMMAND_TIMEOUT_S", "redis_command_timeout_s", 5.0, gt=0, allow_inf_nan=False
     )
     redis_health_check_s: float = _env(
-        "ANDROID_REDIS_HEALTH_CHECK_S", "redis_health_check_s", 15.0, gt=0
+        "ANDROID_REDIS_HEALTH_CHECK_S", "redis_health_check_s", 15.0, gt=0, allow_inf_nan=False
     )
 
     # -- push ------------------------------------------------------------------------

@@ -467,3 +467,16 @@ async def test_a_stream_read_blocking_forever_or_longer_than_allowed_is_refused(
             await bus.consume(unique("tenant"), "c1", block_ms=block_ms)
     finally:
         await bus.close()
+
+
+async def test_a_health_check_of_a_day_still_reads_the_stream(redis_server: RedisServer) -> None:
+    # redis-py refuses to connect with a keep-alive idle time the kernel rejects.
+    bus = RedisBus(redis_server.url, RedisTimeouts(health_check_s=86_400))
+    try:
+        tenant = unique("t")
+        await bus.submit(tenant, {"cmd": "ping"})
+        assert [command for _, command in await bus.consume(tenant, "c", 8, 10)] == [
+            {"cmd": "ping"}
+        ]
+    finally:
+        await bus.close()

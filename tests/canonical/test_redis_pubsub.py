@@ -4,8 +4,10 @@ against a real redis-server, and a silent peer."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -15,6 +17,7 @@ from canonical.redis_mux import Endpoint
 from canonical.redis_pubsub import hold, open_subscriber, silence_verdict
 from canonical.redis_timeouts import RedisTimeouts
 from tests.harness.fixtures import REDIS_PASSWORD
+from tests.harness.proc import ManagedProcess, port_is_open
 from tests.harness.processes import RedisServer
 
 from .test_bus_contract import unique
@@ -181,3 +184,89 @@ def test_a_subscription_is_probed_after_the_health_check_and_dead_a_command_time
     assert silence_verdict(15.0, timeouts) == ("probe", 5.0)
     assert silence_verdict(18.0, timeouts) == ("probe", 2.0)
     assert silence_verdict(20.0, timeouts) == ("dead", 5.0)
+
+
+# Keeps the server running a script for ~1 s.
+_ONE_SECOND_LUA = (
+    "local t = redis.call('TIME') local stop = t[1] * 1e6 + t[2] + 1000000 "
+    "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] >= stop return 1"
+)
+# Probes at once, and waits long enough for a reply not to be the question.
+PROBING = RedisTimeouts(command_s=30.0, health_check_s=0.05)
+
+
+async def _error_count(client: aioredis.Redis, prefix: str) -> int:
+    stats = await client.info("errorstats")
+    return int(stats.get(f"errorstat_{prefix}", {}).get("count", 0))
+
+
+async def test_a_subscription_outlives_a_script_that_keeps_redis_busy(
+    redis_factory: Callable[..., RedisServer],
+) -> None:
+    """PINGs answered BUSY: the server is alive, the subscription is kept (dropping it
+    would resync every device of the edge)."""
+    server = redis_factory()
+    got: list[bytes] = []
+    wire = await open_subscriber(Endpoint(server.url), ["c"], lambda c, d: got.append(d))
+    admin = aioredis.from_url(server.url)
+    scripting = aioredis.from_url(server.url)
+    holding = asyncio.create_task(hold(wire, PROBING))
+    try:
+        await admin.config_set("busy-reply-threshold", 50)  # BUSY after 50 ms of script
+        await scripting.eval(_ONE_SECOND_LUA, 0)
+        assert await _error_count(admin, "BUSY") >= 1  # the PINGs met the script
+        await admin.publish("c", b"after the script")
+        await _eventually(lambda: bool(got) or holding.done())
+        assert not holding.done(), holding.result()
+        assert got == [b"after the script"]
+    finally:
+        holding.cancel()
+        wire.close()
+        await admin.aclose()
+        await scripting.aclose()
+
+
+async def test_a_subscription_outlives_redis_loading_its_data_set(
+    redis_factory: Callable[..., RedisServer], tmp_path: Path
+) -> None:
+    """A restarted Redis answers LOADING until its data set is in memory, and subscribes
+    meanwhile: the subscription made then is kept and gets what is published after."""
+    first = redis_factory()
+    filler = aioredis.from_url(first.url)
+    # 12 keys of 2 KB (incompressible) read 0.25 s apart, the server answering between each.
+    await filler.mset({f"k{i}": os.urandom(2048) for i in range(12)})
+    await filler.save()
+    await filler.aclose()
+    await asyncio.to_thread(first.stop)
+    loading = ManagedProcess(
+        "redis-loading",
+        ["redis-server", "--port", str(first.port), "--bind", "127.0.0.1",
+         "--dir", str(first.workdir), "--save", "", "--appendonly", "no",
+         "--key-load-delay", "250000", "--loading-process-events-interval-bytes", "1024"],
+        log_path=tmp_path / "loading.log",
+        cwd=tmp_path,
+    ).start()  # fmt: skip
+    admin = aioredis.from_url(first.url)
+    got: list[bytes] = []
+    holding: asyncio.Task[str] | None = None
+    try:
+        await _eventually(lambda: port_is_open("127.0.0.1", first.port), 10)
+        wire = await open_subscriber(Endpoint(first.url), ["c"], lambda c, d: got.append(d))
+        holding = asyncio.create_task(hold(wire, PROBING))
+        assert (await admin.info("persistence"))["loading"] == 1, loading.log_text()
+        for _ in range(600):  # until it has loaded (30 s at most)
+            if (await admin.info("persistence"))["loading"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError(loading.log_text())
+        assert await _error_count(admin, "LOADING") >= 1  # the PINGs met the loading
+        await admin.publish("c", b"loaded")
+        await _eventually(lambda: bool(got) or holding.done())
+        assert not holding.done(), holding.result()
+        assert got == [b"loaded"]
+    finally:
+        if holding is not None:
+            holding.cancel()
+        await admin.aclose()
+        loading.stop()

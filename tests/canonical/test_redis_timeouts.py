@@ -6,11 +6,16 @@ import socket
 
 import pytest
 
-from canonical.redis_timeouts import RedisTimeouts, keepalive_options, redis_py_options
+from canonical.redis_timeouts import (
+    KEEPALIVE_MAX_S,
+    RedisTimeouts,
+    keepalive_options,
+    redis_py_options,
+)
 
 
 @pytest.mark.parametrize("field", ["connect_s", "command_s", "health_check_s"])
-@pytest.mark.parametrize("value", [0, -1.0])
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan")])
 def test_a_timeout_that_is_not_positive_is_refused_naming_it(field: str, value: float) -> None:
     with pytest.raises(ValueError, match=field):
         RedisTimeouts(**{field: value})
@@ -42,6 +47,14 @@ def test_tcp_clients_probe_a_silent_peer_on_the_health_check_rhythm() -> None:
 
 def test_a_sub_second_health_check_still_gives_valid_keepalive_timing() -> None:
     assert all(value >= 1 for value in keepalive_options(0.2).values())
+
+
+def test_a_health_check_longer_than_the_kernel_allows_probes_at_its_longest() -> None:
+    # The kernel refuses a longer keep-alive idle time (EINVAL): every redis-py connect
+    # would fail with it.
+    assert all(value <= KEEPALIVE_MAX_S for value in keepalive_options(86_400).values())
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        assert keepalive_options(86_400)[socket.TCP_KEEPIDLE] == KEEPALIVE_MAX_S
 
 
 def test_unix_socket_clients_get_timeouts_but_no_tcp_keepalive() -> None:

@@ -230,3 +230,13 @@ def test_redis_timeouts_are_read_from_the_environment(clean_env: pytest.MonkeyPa
     assert load_settings().redis_timeouts() == RedisTimeouts(
         connect_s=0.5, command_s=3.0, health_check_s=20.0
     )
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "0"])
+def test_a_redis_timeout_that_is_not_a_finite_positive_number_is_refused_naming_it(
+    clean_env: pytest.MonkeyPatch, value: str
+) -> None:
+    clean_env.setenv("ANDROID_REDIS_HEALTH_CHECK_S", value)
+    with pytest.raises(SettingsError) as raised:
+        load_settings()
+    assert raised.value.setting == "ANDROID_REDIS_HEALTH_CHECK_S"

@@ -75,6 +75,7 @@ def test_the_legacy_fcm_server_key_is_refused_with_directions(
         ("HDG_DEEP_LINK_SCHEME", "Bad Scheme!", "URI scheme"),
         ("HDG_PUSH_MAX_TRIES", "many", "integer"),
         ("ANDROID_REDIS_COMMAND_TIMEOUT_S", "0", "greater than 0"),
+        ("ANDROID_REDIS_HEALTH_CHECK_S", "inf", "finite"),
     ],
 )
 def test_a_bad_setting_fails_with_one_message_naming_it(

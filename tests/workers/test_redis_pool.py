@@ -36,6 +36,15 @@ async def test_an_enqueue_to_a_frozen_redis_times_out_and_works_again_once_it_th
         await pool.aclose()
 
 
+async def test_a_health_check_of_a_day_still_connects(redis_server: RedisServer) -> None:
+    # Its keep-alive idle time is more than the kernel accepts: it is capped, not refused.
+    pool = open_arq_pool(redis_server.url, RedisTimeouts(health_check_s=86_400))
+    try:
+        assert await pool.ping()
+    finally:
+        await pool.aclose()
+
+
 def test_arq_check_connects_within_the_configured_connect_timeout() -> None:
     settings = with_connect_timeout(RedisSettings.from_dsn("redis://h:6379/3"), QUICK)
     assert settings.conn_timeout == 1.0

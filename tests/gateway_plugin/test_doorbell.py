@@ -1,0 +1,124 @@
+"""Events the plugin could not publish while Redis was out of its reach reach devices once
+it is back: a real controller and a real edge subscription on a private redis-server, the
+plugin's link to it through a relay that can lose everything (a network partition)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from canonical.errors import BusUnavailable
+from canonical.redis_bus import RedisBus
+from canonical.redis_timeouts import RedisTimeouts
+from canonical.settings import load_settings
+from gateway_plugin.controller import Controller
+from tests.harness.partition import PartitionableRelay
+from tests.harness.processes import RedisServer
+
+Json = dict[str, Any]
+TOKEN = "pairing-token-" + "d" * 30
+TENANT = "tenant-doorbell"
+# The plugin gives up on a silent link at once; the edge's own link stays up, so nothing
+# makes the edge resync by itself.
+PLUGIN = RedisTimeouts(connect_s=1.0, command_s=0.3, health_check_s=60.0)
+
+
+class _Agent:
+    async def wait_ready(self) -> None:
+        return None
+
+    def cron_jobs(self) -> list[Json]:
+        return []
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        await asyncio.sleep(0.02)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"  # the Redis server is shared
+
+
+def _resyncs(events: list[Json]) -> int:
+    return sum(1 for e in events if e.get("type") == "_control" and e.get("action") == "resync")
+
+
+def _texts(events: list[Json]) -> list[str]:
+    return [str(e["text"]) for e in events if e.get("type") == "message"]
+
+
+@pytest.mark.parametrize("path", ["handed over", "queued"])
+async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_answers(
+    redis_server: RedisServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+) -> None:
+    """The plugin's link to Redis loses everything for a while (the edges' do not): the
+    events it sequenced meanwhile never reached Redis, and only the plugin knows."""
+    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    link = await PartitionableRelay(redis_server.host, redis_server.port).start()
+    events: list[Json] = []
+    reconnects: list[None] = []
+    edge_bus = RedisBus(redis_server.url)
+    subscription = edge_bus.subscription(
+        unique("edge"),
+        lambda kind, _, payload: events.append(json.loads(payload)) if kind == "event" else None,
+        lambda: reconnects.append(None),
+    )
+    tenant = unique(TENANT)
+    plugin_bus = RedisBus(link.url(), PLUGIN)
+    controller = Controller(
+        load_settings({"token": TOKEN}),
+        plugin_bus,
+        tenant=tenant,
+        token=TOKEN,
+        data_dir=tmp_path / "android",
+        state_db=tmp_path / "state.db",
+        agent=_Agent(),  # type: ignore[arg-type]
+    )
+    try:
+        await subscription.start()
+        await subscription.add_tenant(tenant)
+        await controller.start()
+        await until(lambda: _resyncs(events) == 1, "the start's resync notice")
+        controller.emit([{"type": "message", "text": "before"}])
+        await until(lambda: _texts(events) == ["before"], "a live event")
+
+        link.partitioned = True
+        if path == "queued":
+            # The connection is given up first: the event waits in the publisher's queue
+            # and its publish fails on a new connection.
+            with pytest.raises(BusUnavailable):
+                await plugin_bus.mux.execute("PING")
+        controller.emit([{"type": "message", "text": "while partitioned"}])
+        wire = plugin_bus.mux._wire
+        await until(lambda: wire is not None and wire.lost is not None, "the link given up")
+        await until(
+            lambda: controller._publish_queue.empty() and not controller._publishing,
+            "the publisher done with the event",
+        )
+        link.partitioned = False
+
+        await until(lambda: _resyncs(events) >= 2, "a resync notice once the link is back")
+        assert "while partitioned" not in _texts(events)  # it was lost on the way
+        assert reconnects == []  # the edges' subscription never went away
+    finally:
+        await controller.stop()
+        await plugin_bus.close()
+        await subscription.close()
+        await edge_bus.close()
+        await link.close()
