@@ -139,6 +139,9 @@ class Controller:
         await self.jobs.start()
         self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
+        # Before the pushes a previous process deferred come due, when Redis answers
+        # (otherwise the next ack or push sets it).
+        self.background(asyncio.create_task(self.push.sync_acks(), name="hdg-push-acks"))
         self.running = True
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor. Awaited here, before connect()

@@ -26,6 +26,7 @@ from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
 from workers.config import load_config
 from workers.context import RESOURCES_KEY, build_resources, resources
 from workers.jobs import PUSH_QUEUE
+from workers.push.acks import RedisAcks
 from workers.push.jobs import push_notify
 
 Json = dict[str, Any]
@@ -361,3 +362,47 @@ def push_body(token: str) -> Json:
         "cursor": "1",
         "title": "New reply",
     }
+
+
+async def test_pushes_go_out_after_the_outbox_is_restored_from_a_backup(
+    make_rig: Callable[..., Any],
+    redis_factory: Callable[..., RedisServer],
+    fcm: FakeFcm,
+    tmp_path: Path,
+) -> None:
+    """Restoring outbox.db (docs/operations.md, section 7) takes the cursors back; acks of
+    the events the backup lost must not mark the new events with those cursors as read."""
+    redis = redis_factory()
+    bus = RedisBus(redis.url)
+    try:
+        rig: _Rig = await make_rig(bus, bus_url=redis.url)
+        await rig.hello("laptop")
+        backup = tmp_path / "outbox-backup.db"
+        rig.controller.outbox._db.execute(f"VACUUM INTO '{backup}'")  # the online backup
+        for _ in range(5):  # events after the backup, all read on the laptop
+            cursor = rig.reply_event()
+        await rig.command("laptop", "ack", cursor=cursor)
+        ledger = RedisAcks(rig.controller.jobs._pool)
+        await eventually(lambda: _equals(ledger.acked(TENANT), cursor), "the ack recorded")
+        await rig.controller.stop()
+        outbox = tmp_path / "android" / "outbox.db"
+        for stale in (outbox, outbox.with_name("outbox.db-wal"), outbox.with_name("outbox.db-shm")):
+            stale.unlink(missing_ok=True)
+        backup.rename(outbox)  # restored
+
+        restored: _Rig = await make_rig(bus, bus_url=redis.url)
+        restored.controller.devices.seen("phone", fcm_token="phone-token")
+        new = restored.reply_event()
+        assert new <= cursor  # a cursor the lost events had used
+        await restored.decided()
+        assert len(restored.queued_for("phone")) == 1
+        skipped = pushes_skipped_as_read()
+        await run_push_worker(redis.url)
+        assert pushes_skipped_as_read() == skipped  # not taken for read
+        assert len(fcm.deliveries("phone-token")) == 1
+    finally:
+        await bus.close()
+
+
+async def _equals(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
