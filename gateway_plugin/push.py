@@ -13,6 +13,7 @@ scaled mode, the same job function in-process in embedded mode).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -85,10 +86,19 @@ def targets(
     return out
 
 
+def _identity(event: Json) -> str:
+    """What tells this event from another one given the same cursor: an outbox restored
+    from a backup (or lost) numbers new events from cursors the old ones had, and a push
+    keyed by the cursor alone would be taken for the old event's, already sent. The same
+    event published again (a resync, the external-appends poller) keeps its identity."""
+    ident = event.get("message_id") or event.get("picker_id") or ""
+    return hashlib.blake2b(f"{ident}|{event.get('ts', '')}".encode(), digest_size=6).hexdigest()
+
+
 def notification(tenant: str, target: Target, event: Json, kind: str, *, preview: bool) -> Json:
     lane = event.get("lane") or [None, None]
     body: Json = {
-        "idempotency_key": f"{tenant}:{target.device_id}:{event['cursor']}",
+        "idempotency_key": f"{tenant}:{target.device_id}:{event['cursor']}:{_identity(event)}",
         "tenant": tenant,
         "device_id": target.device_id,
         "backend": target.backend,
