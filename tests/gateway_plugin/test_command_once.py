@@ -371,3 +371,24 @@ async def test_the_plugin_stops_though_the_consumer_is_cancelled_while_writing_i
         await asyncio.sleep(0)
     await controller.stop()
     assert consumer.done()
+
+
+async def test_answers_to_reads_are_not_kept_only_those_to_changes(
+    private_redis: tuple[RedisServer, Any], edge: _Edge, start_plugin: PluginFactory
+) -> None:
+    """A list, a history page or search hits is asked for again, and kept for the command
+    window it would grow outbox.db by up to 4 KiB a read (docs/architecture.md)."""
+    server, raw = private_redis
+    await edge.listen()
+    plugin = await start_plugin(server.url)
+    await edge.submit("channel.list", "l1")
+    await edge.submit("conversation.list", "l2")
+    await edge.submit("channel.create", "c1", name="Trips")
+
+    async def answered() -> bool:
+        return len(edge.replies) == 3 and await pending(raw) == 0
+
+    await until(answered, "the commands were answered")
+    entries = [entry_id.decode() for entry_id, _ in await raw.xrange(command_stream(TENANT))]
+    kept = plugin.outbox.processed_replies(entries)
+    assert [kept[entry_id] is not None for entry_id in entries] == [False, False, True]
