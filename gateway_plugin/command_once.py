@@ -35,6 +35,22 @@ CLOCK_MARGIN_S = 3600.0
 # are reads a device asks for again, and keeping them for days would grow outbox.db.
 KEPT_KINDS = (REPLY, CLOSE)
 KEPT_REPLIES_MAX_BYTES = 4096
+# Answers to reads (by the body's type): short ones too, or every list, history page and
+# search a device makes would leave up to 4 KiB in outbox.db for the command window.
+READ_REPLIES = frozenset(
+    {
+        "attachment.found",
+        "channel.list",
+        "conversation.history",
+        "conversation.snapshot",
+        "history",
+        "model.current",
+        "models.snapshot",
+        "reasoning.snapshot",
+        "search.results",
+        "yolo.snapshot",
+    }
+)
 
 
 def entry_time(entry_id: str) -> float | None:
@@ -62,7 +78,11 @@ def replies_to_keep(command: Json, replies: list[Reply]) -> str | None:
     (or they are too large, or an admin command's: admin replies stay out of outbox.db)."""
     if str(command.get("cmd", "")).startswith("admin."):
         return None
-    kept = [[kind, body] for kind, body in replies if kind in KEPT_KINDS]
+    kept = [
+        [kind, body]
+        for kind, body in replies
+        if kind in KEPT_KINDS and body.get("type") not in READ_REPLIES
+    ]
     if not kept:
         return None
     encoded = dumps(kept)

@@ -47,6 +47,7 @@ ADOPT_WINDOW_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
 EXPIRY_SWEEP_S = 30.0  # how late a device learns that a picker expired
+CANCEL_AGAIN_S = 0.5  # stop(): how long a cancelled task may take before it is cancelled again
 
 
 def _internal_error(command: Json) -> Json:
@@ -80,6 +81,21 @@ def _refusal(command: Json, error: Json) -> tuple[Json, Json, str]:
     if command.get("cmd") in _REPLAYING_COMMANDS:
         return command, {"code": CLOSE_INTERNAL_ERROR, "frame": error}, CLOSE
     return command, error, REPLY
+
+
+async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait until each has ended. A task is cancelled again while it
+    runs on: Python 3.11's asyncio.wait_for (which redis-py's socket writes go through)
+    swallows a cancel that lands as the call it waits for completes, and the command
+    consumer would then read on for ever, and stop() with it."""
+    pending = set(tasks)
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("task %s ended with %r", task.get_name(), task.exception())
 
 
 class Controller:
@@ -141,6 +157,9 @@ class Controller:
         await self.jobs.start()
         self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
+        # Before the pushes a previous process deferred come due, when Redis answers
+        # (otherwise the next ack or push sets it).
+        self.background(asyncio.create_task(self.push.sync_acks(), name="hdg-push-acks"))
         self.running = True
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor. Awaited here, before connect()
@@ -205,13 +224,7 @@ class Controller:
         if self._doorbell_repair is not None:
             self._tasks.append(self._doorbell_repair)
             self._doorbell_repair = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await _cancel_all(self._tasks)
         self._tasks = []
         self.outbox.close()
         self.channels.close()

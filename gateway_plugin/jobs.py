@@ -107,6 +107,11 @@ class JobQueue:
         if self._acks is not None:
             await self._acks.record(tenant, cursor)
 
+    async def reset_acks(self, tenant: str, cursor: int) -> None:
+        """Set the push workers' ack mark to `cursor`, the outbox's own (even if lower)."""
+        if self._acks is not None:
+            await self._acks.reset(tenant, cursor)
+
     async def dead_fcm_tokens(self, tenant: str) -> set[str]:
         """FCM tokens the workers found dead and the registry still has to drop."""
         if self._dead_tokens is None:

@@ -13,6 +13,7 @@ scaled mode, the same job function in-process in embedded mode).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -85,10 +86,19 @@ def targets(
     return out
 
 
+def _identity(event: Json) -> str:
+    """What tells this event from another one given the same cursor: an outbox restored
+    from a backup (or lost) numbers new events from cursors the old ones had, and a push
+    keyed by the cursor alone would be taken for the old event's, already sent. The same
+    event published again (a resync, the external-appends poller) keeps its identity."""
+    ident = event.get("message_id") or event.get("picker_id") or ""
+    return hashlib.blake2b(f"{ident}|{event.get('ts', '')}".encode(), digest_size=6).hexdigest()
+
+
 def notification(tenant: str, target: Target, event: Json, kind: str, *, preview: bool) -> Json:
     lane = event.get("lane") or [None, None]
     body: Json = {
-        "idempotency_key": f"{tenant}:{target.device_id}:{event['cursor']}",
+        "idempotency_key": f"{tenant}:{target.device_id}:{event['cursor']}:{_identity(event)}",
         "tenant": tenant,
         "device_id": target.device_id,
         "backend": target.backend,
@@ -117,6 +127,10 @@ class PushScheduler:
         self.submit = submit
         self.pending: dict[int, asyncio.Task[None]] = {}
         self._ack_writes: set[asyncio.Task[None]] = set()
+        # The workers' ack mark is set from outbox.db once per process before it is relied
+        # on (see sync_acks); until then every ack and push tries it again.
+        self._acks_synced = False
+        self._acks_syncing = asyncio.Lock()
 
     def on_published(self, events: list[Json]) -> None:
         if self.submit is None or self.c.settings.push_backend == "none":
@@ -148,8 +162,29 @@ class PushScheduler:
         self._ack_writes.add(write)
         write.add_done_callback(self._ack_writes.discard)
 
+    async def sync_acks(self) -> None:
+        """Set the workers' ack mark to this outbox's (the highest cursor a device acked),
+        lowering it if need be. The mark is only ever raised otherwise, so after outbox.db
+        was restored from a backup (or lost) it would still hold the old numbering's
+        cursors, and every new event up to them would count as read: no push. A Redis
+        error leaves it for the next ack or push to try again."""
+        if self._acks_synced or self.submit is None:
+            return
+        async with self._acks_syncing:
+            if self._acks_synced:
+                return
+            try:
+                await self.c.jobs.reset_acks(
+                    self.c.tenant, max(self.c.outbox.acks().values(), default=0)
+                )
+            except Exception:
+                log.warning("could not set the push workers' ack mark; retrying", exc_info=True)
+                return
+            self._acks_synced = True
+
     async def _note_ack(self, cursor: int) -> None:
         try:
+            await self.sync_acks()
             await self.c.jobs.note_ack(self.c.tenant, cursor)
         except Exception:  # at worst a push the user has read goes out
             log.warning("could not record an ack for the push workers", exc_info=True)
@@ -160,6 +195,7 @@ class PushScheduler:
         except BusUnavailable:
             online = {}
         delay = self.c.settings.push_delay_s if online else 0.0
+        await self.sync_acks()
         await self.prune_dead_tokens()
         chosen = targets(
             self.c.devices.list(include_revoked=False),

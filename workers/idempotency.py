@@ -75,11 +75,28 @@ class MemoryIdempotencyStore:
             return None
         return dict(result)
 
+    def __len__(self) -> int:
+        """How many markers are held (expired ones not swept yet included)."""
+        return len(self._entries)
+
     async def mark_done(self, key: str, result: Mapping[str, Any], ttl_seconds: int) -> bool:
         if await self.get(key) is not None:
             return False
+        self._sweep()
         self._entries[key] = (
             self._clock() + ttl_seconds,
             json.loads(json.dumps(dict(result), default=str)),
         )
         return True
+
+    def _sweep(self) -> None:
+        """Forget expired markers, oldest first: a push's key is never asked for again, so
+        `get` alone would keep every marker for the life of the process. Markers share one
+        TTL in practice, so insertion order is expiry order and this stops at the first
+        live one (amortised O(1) per marker)."""
+        now = self._clock()
+        while self._entries:
+            key = next(iter(self._entries))
+            if self._entries[key][0] > now:
+                break
+            del self._entries[key]

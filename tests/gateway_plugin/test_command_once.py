@@ -345,3 +345,50 @@ def test_only_short_direct_answers_of_device_commands_are_kept_to_be_sent_again(
     assert replies_to_keep(change, [("replay", {"events": []})]) is None
     assert replies_to_keep(change, [("reply", {"type": "history", "text": "x" * 5000})]) is None
     assert replies_to_keep({"cmd": "admin.token.rotate"}, [("reply", result)]) is None
+
+
+def _waiting_in_wait_for(task: asyncio.Task[None]) -> bool:
+    """The task is suspended inside asyncio.wait_for (redis-py writing a command)."""
+    coro: Any = task.get_coro()
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None)
+        if frame is not None and frame.f_code is asyncio.wait_for.__code__:
+            return True
+        coro = getattr(coro, "cr_await", None)
+    return False
+
+
+async def test_the_plugin_stops_though_the_consumer_is_cancelled_while_writing_its_read(
+    private_redis: tuple[RedisServer, Any], start_plugin: PluginFactory
+) -> None:
+    """Python 3.11's wait_for swallows a cancel landing as the write it waits for
+    completes: the consumer read on for ever and the gateway's shutdown hung."""
+    server, _ = private_redis
+    controller = await start_plugin(server.url)
+    [consumer] = [t for t in controller._tasks if t.get_name() == "hdg-consumer"]
+    # Each loop iteration, until the consumer writes its next XREADGROUP (no event tells).
+    while not _waiting_in_wait_for(consumer):  # noqa: ASYNC110
+        await asyncio.sleep(0)
+    await controller.stop()
+    assert consumer.done()
+
+
+async def test_answers_to_reads_are_not_kept_only_those_to_changes(
+    private_redis: tuple[RedisServer, Any], edge: _Edge, start_plugin: PluginFactory
+) -> None:
+    """A list, a history page or search hits is asked for again, and kept for the command
+    window it would grow outbox.db by up to 4 KiB a read (docs/architecture.md)."""
+    server, raw = private_redis
+    await edge.listen()
+    plugin = await start_plugin(server.url)
+    await edge.submit("channel.list", "l1")
+    await edge.submit("conversation.list", "l2")
+    await edge.submit("channel.create", "c1", name="Trips")
+
+    async def answered() -> bool:
+        return len(edge.replies) == 3 and await pending(raw) == 0
+
+    await until(answered, "the commands were answered")
+    entries = [entry_id.decode() for entry_id, _ in await raw.xrange(command_stream(TENANT))]
+    kept = plugin.outbox.processed_replies(entries)
+    assert [kept[entry_id] is not None for entry_id in entries] == [False, False, True]

@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 
 from canonical.bus import Bus, Subscription
 from canonical.memory_bus import MemoryBus
+from canonical.protocol import new_id, now_iso
 from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
@@ -26,6 +27,7 @@ from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
 from workers.config import load_config
 from workers.context import RESOURCES_KEY, build_resources, resources
 from workers.jobs import PUSH_QUEUE
+from workers.push.acks import RedisAcks
 from workers.push.jobs import push_notify
 
 Json = dict[str, Any]
@@ -97,8 +99,9 @@ class _Rig:
             "role": "assistant",
             "kind": "reply",
             "lane": LANE,
-            "message_id": f"m{self.replied}",
+            "message_id": f"draft-{new_id()}",  # as a run's: unique, also across restarts
             "text": text,
+            "ts": now_iso(),
         }
         [event] = self.controller.emit([reply])
         return int(event["cursor"])
@@ -361,3 +364,81 @@ def push_body(token: str) -> Json:
         "cursor": "1",
         "title": "New reply",
     }
+
+
+async def test_pushes_go_out_after_the_outbox_is_restored_from_a_backup(
+    make_rig: Callable[..., Any],
+    redis_factory: Callable[..., RedisServer],
+    fcm: FakeFcm,
+    tmp_path: Path,
+) -> None:
+    """Restoring outbox.db (docs/operations.md, section 7) takes the cursors back; acks of
+    the events the backup lost must not mark the new events with those cursors as read."""
+    redis = redis_factory()
+    bus = RedisBus(redis.url)
+    try:
+        rig: _Rig = await make_rig(bus, bus_url=redis.url)
+        await rig.hello("laptop")
+        backup = tmp_path / "outbox-backup.db"
+        rig.controller.outbox._db.execute(f"VACUUM INTO '{backup}'")  # the online backup
+        for _ in range(5):  # events after the backup, all read on the laptop
+            cursor = rig.reply_event()
+        await rig.command("laptop", "ack", cursor=cursor)
+        ledger = RedisAcks(rig.controller.jobs._pool)
+        await eventually(lambda: _equals(ledger.acked(TENANT), cursor), "the ack recorded")
+        await rig.controller.stop()
+        outbox = tmp_path / "android" / "outbox.db"
+        for stale in (outbox, outbox.with_name("outbox.db-wal"), outbox.with_name("outbox.db-shm")):
+            stale.unlink(missing_ok=True)
+        backup.rename(outbox)  # restored
+
+        restored: _Rig = await make_rig(bus, bus_url=redis.url)
+        restored.controller.devices.seen("phone", fcm_token="phone-token")
+        new = restored.reply_event()
+        assert new <= cursor  # a cursor the lost events had used
+        await restored.decided()
+        assert len(restored.queued_for("phone")) == 1
+        skipped = pushes_skipped_as_read()
+        await run_push_worker(redis.url)
+        assert pushes_skipped_as_read() == skipped  # not taken for read
+        assert len(fcm.deliveries("phone-token")) == 1
+    finally:
+        await bus.close()
+
+
+async def _equals(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
+
+
+async def test_an_event_with_a_cursor_a_lost_event_had_is_pushed_too(
+    make_rig: Callable[..., Any],
+    redis_factory: Callable[..., RedisServer],
+    fcm: FakeFcm,
+    tmp_path: Path,
+) -> None:
+    """After a restore, a new event may get the cursor of one the backup lost and that was
+    pushed already: it is another event, and gets its own push."""
+    redis = redis_factory()
+    bus = RedisBus(redis.url)
+    try:
+        rig: _Rig = await make_rig(bus, bus_url=redis.url)
+        rig.controller.devices.seen("phone", fcm_token="phone-token")
+        backup = tmp_path / "outbox-backup.db"
+        rig.controller.outbox._db.execute(f"VACUUM INTO '{backup}'")
+        lost = rig.reply_event("lost with the restore")
+        await rig.decided()
+        await run_push_worker(redis.url)
+        assert len(fcm.deliveries("phone-token")) == 1
+        await rig.controller.stop()
+        outbox = tmp_path / "android" / "outbox.db"
+        for stale in (outbox, outbox.with_name("outbox.db-wal"), outbox.with_name("outbox.db-shm")):
+            stale.unlink(missing_ok=True)
+        backup.rename(outbox)
+
+        restored: _Rig = await make_rig(bus, bus_url=redis.url)
+        assert restored.reply_event("new") == lost
+        await restored.decided()
+        await run_push_worker(redis.url)
+        assert len(fcm.deliveries("phone-token")) == 2
+    finally:
+        await bus.close()

@@ -58,3 +58,15 @@ async def test_markers_expire() -> None:
 async def test_redis_markers_carry_a_ttl_and_use_the_gw_prefix(redis: Redis) -> None:
     await RedisIdempotencyStore(redis).mark_done("push:1", {"outcome": "delivered"}, 120)
     assert 0 < await redis.ttl("gw:done:push:1") <= 120
+
+
+async def test_expired_markers_are_forgotten_though_their_keys_are_never_asked_again() -> None:
+    """Embedded, every push leaves a marker under a key no one asks for again: without a
+    sweep the gateway process held every push it ever sent."""
+    now = [0.0]
+    store = MemoryIdempotencyStore(clock=lambda: now[0])
+    for n in range(100):
+        await store.mark_done(f"push:{n}", {"outcome": "delivered"}, 10)
+    now[0] = 10.0
+    await store.mark_done("push:new", {"outcome": "delivered"}, 10)
+    assert len(store) == 1

@@ -5,8 +5,11 @@ that cursor the push is moot. The plugin records every ack here (it owns the ack
 ``outbox.db``); the job reads it before *each* send attempt, because an attempt deferred
 by a ``Retry-After`` or a push delay may come long after the user read the event.
 
-Redis: the string ``gw:{tenant}:push:acked``, only ever raised (a Lua compare-and-set,
-so acks recorded out of order never lower it). Embedded: a dict in the process.
+Redis: the string ``gw:{tenant}:push:acked``, only ever raised by acks (a Lua
+compare-and-set, so acks recorded out of order never lower it). Embedded: a dict in the
+process. The plugin sets it to its outbox's own mark when it starts (``reset``): an
+outbox restored from a backup or lost numbers its events from lower cursors again, and a
+mark left from the old numbering would take every new event up to it for read.
 """
 
 from __future__ import annotations
@@ -42,6 +45,10 @@ class AckLedger(Protocol):
         """A device of ``tenant`` has everything up to ``cursor`` (never lowers the mark)."""
         ...
 
+    async def reset(self, tenant: str, cursor: int) -> None:
+        """Set the mark to ``cursor``, lower or not (the plugin's outbox is the truth)."""
+        ...
+
 
 class RedisAcks:
     def __init__(self, redis: Redis) -> None:
@@ -54,6 +61,9 @@ class RedisAcks:
     async def record(self, tenant: str, cursor: int) -> None:
         await cast(Awaitable[int], self._redis.eval(_RAISE, 1, acked_key(tenant), str(cursor)))
 
+    async def reset(self, tenant: str, cursor: int) -> None:
+        await self._redis.set(acked_key(tenant), str(cursor))
+
 
 class MemoryAcks:
     def __init__(self) -> None:
@@ -64,3 +74,6 @@ class MemoryAcks:
 
     async def record(self, tenant: str, cursor: int) -> None:
         self.cursors[tenant] = max(cursor, self.cursors.get(tenant, 0))
+
+    async def reset(self, tenant: str, cursor: int) -> None:
+        self.cursors[tenant] = cursor
