@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import SettingsError
@@ -120,6 +120,7 @@ class GatewaySettings(BaseSettings):
     ws_key: Path | None = Field(
         default=None,
         validation_alias="ANDROID_WS_KEY",
+        validate_default=True,  # so a certificate without its key is caught
         json_schema_extra={"extra_keys": ["ws_key", "tls_key"]},
     )
     bus_url: str = Field(
@@ -242,6 +243,14 @@ class GatewaySettings(BaseSettings):
             value.startswith("memory://") or value.startswith(("redis://", "rediss://", "unix://"))
         ):
             raise ValueError("must be memory:// (embedded) or redis://host:port/db (scaled)")
+        return value
+
+    @field_validator("ws_key")
+    @classmethod
+    def _key_with_certificate(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        # One without the other used to serve plain ws:// without a word.
+        if (value is None) != (info.data.get("ws_cert") is None):
+            raise ValueError("ANDROID_WS_CERT and ANDROID_WS_KEY go together: set both or neither")
         return value
 
     @field_validator("home_channel")

@@ -300,6 +300,11 @@ class Controller:
                 # The outbox has it, and devices catch up from their cursors once told.
                 log.warning("bus unavailable; event kept in the outbox for replay")
                 self._doorbell_lost()
+            except Exception:
+                # An error reply (out of memory, an ACL refusing PUBLISH): the same, but
+                # the publisher must live on, or no event would ever be published again.
+                log.exception("publishing events failed; kept in the outbox for replay")
+                self._doorbell_lost()
             finally:
                 self._publishing = False
 

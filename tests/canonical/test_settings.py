@@ -154,6 +154,24 @@ def test_an_empty_home_channel_from_extra_is_reported_under_its_environment_name
     assert caught.value.setting == "ANDROID_HOME_CHANNEL"
 
 
+@pytest.mark.parametrize("half", [{"ws_cert": "/etc/hdg/cert.pem"}, {"ws_key": "/etc/hdg/key.pem"}])
+def test_a_tls_certificate_without_its_key_or_a_key_alone_is_a_bad_setting(
+    half: dict[str, str],
+) -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings(half)
+    assert caught.value.setting == "ANDROID_WS_KEY"
+    assert "set both or neither" in str(caught.value)
+
+
+def test_a_tls_certificate_with_its_key_is_accepted() -> None:
+    settings = load_settings({"ws_cert": "/etc/hdg/cert.pem", "ws_key": "/etc/hdg/key.pem"})
+    assert (str(settings.ws_cert), str(settings.ws_key)) == (
+        "/etc/hdg/cert.pem",
+        "/etc/hdg/key.pem",
+    )
+
+
 def test_a_settings_error_is_a_contract_error_with_one_line() -> None:
     from canonical.errors import ContractError
 

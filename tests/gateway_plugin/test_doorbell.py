@@ -122,3 +122,63 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
         await subscription.close()
         await edge_bus.close()
         await link.close()
+
+
+async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_resynced(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error reply to PUBLISH (here an ACL; in life also out-of-memory) is not a lost
+    connection: the publisher must survive it, and the events after it still go out live."""
+    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    user = unique("plugin")
+    admin = RedisBus(redis_server.url)
+    await admin.mux.execute("ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all")
+    events: list[Json] = []
+    edge_bus = RedisBus(redis_server.url)
+    subscription = edge_bus.subscription(
+        unique("edge"),
+        lambda kind, _, payload: events.append(json.loads(payload)) if kind == "event" else None,
+        lambda: None,
+    )
+    tenant = unique(TENANT)
+    plugin_bus = RedisBus(f"redis://{user}:secret@{redis_server.host}:{redis_server.port}/0")
+    controller = Controller(
+        load_settings({"token": TOKEN}),
+        plugin_bus,
+        tenant=tenant,
+        token=TOKEN,
+        data_dir=tmp_path / "android",
+        state_db=tmp_path / "state.db",
+        agent=_Agent(),  # type: ignore[arg-type]
+    )
+    try:
+        await subscription.start()
+        await subscription.add_tenant(tenant)
+        await controller.start()
+        await until(lambda: _resyncs(events) == 1, "the start's resync notice")
+
+        await admin.mux.execute("ACL", "SETUSER", user, "-publish")
+        # Its connection dropped too, so the event queues for the publisher task (the
+        # direct write needs a live connection) and the refusal meets that task.
+        await admin.mux.execute("CLIENT", "KILL", "USER", user)
+        wire = plugin_bus.mux._wire
+        await until(lambda: wire is not None and wire.lost is not None, "the link dropped")
+        controller.emit([{"type": "message", "text": "refused"}])
+        await until(
+            lambda: controller._publish_queue.empty() and not controller._publishing,
+            "the publisher done with the refused event",
+        )
+        await admin.mux.execute("ACL", "SETUSER", user, "+publish")
+
+        controller.emit([{"type": "message", "text": "after"}])
+        await until(lambda: "after" in _texts(events), "the next event published live")
+        await until(lambda: _resyncs(events) >= 2, "the edges told to fetch the refused one")
+    finally:
+        await controller.stop()
+        await plugin_bus.close()
+        await subscription.close()
+        await edge_bus.close()
+        await admin.mux.execute("ACL", "DELUSER", user)
+        await admin.close()
