@@ -229,18 +229,11 @@ def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
         supervisor.stop()
 
 
-@pytest.mark.parametrize("broken", ["missing certificate", "key not PEM"])
-def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_line(
-    redis_server: RedisServer, tmp_path: Path, broken: str
-) -> None:
-    cert, key = self_signed(tmp_path)
-    if broken == "missing certificate":
-        cert = tmp_path / "missing.crt"
-    else:
-        key.write_text("not a key\n")
+def _tls_supervisor(redis: RedisServer, tmp_path: Path, cert: Path, key: Path) -> EdgeProcess:
+    """Two workers serving wss:// with this certificate and key, started (not waited for)."""
     edge = EdgeProcess(
         env={
-            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_BUS_URL": redis.url,
             "ANDROID_WS_HOST": "127.0.0.1",
             "ANDROID_EDGE_WORKERS": "2",
             "ANDROID_WS_CERT": str(cert),
@@ -250,6 +243,19 @@ def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_lin
         workdir=tmp_path / "edge",
     )
     edge.process.start()
+    return edge
+
+
+@pytest.mark.parametrize("broken", ["missing certificate", "key not PEM"])
+def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_line(
+    redis_server: RedisServer, tmp_path: Path, broken: str
+) -> None:
+    cert, key = self_signed(tmp_path)
+    if broken == "missing certificate":
+        cert = tmp_path / "missing.crt"
+    else:
+        key.write_text("not a key\n")
+    edge = _tls_supervisor(redis_server, tmp_path, cert, key)
     try:
         _wait(lambda: not edge.running)
         assert edge.process.wait(0) == EXIT_BAD_SETTINGS
@@ -263,18 +269,7 @@ def test_supervised_workers_serve_wss_with_the_configured_certificate(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     cert, key = self_signed(tmp_path)
-    edge = EdgeProcess(
-        env={
-            "ANDROID_BUS_URL": redis_server.url,
-            "ANDROID_WS_HOST": "127.0.0.1",
-            "ANDROID_EDGE_WORKERS": "2",
-            "ANDROID_WS_CERT": str(cert),
-            "ANDROID_WS_KEY": str(key),
-        },
-        port_env="ANDROID_WS_PORT",
-        workdir=tmp_path / "edge",
-    )
-    edge.process.start()
+    edge = _tls_supervisor(redis_server, tmp_path, cert, key)
     trust = ssl.create_default_context(cafile=str(cert))
 
     async def over_tls() -> None:

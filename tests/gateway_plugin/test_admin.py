@@ -19,29 +19,11 @@ from edge.dialects.iris import IrisDialect
 from edge.errors import FrameRejected
 from gateway_plugin import admin
 from gateway_plugin.controller import Controller
+from tests.gateway_plugin.agents import IdleAgent
 
 Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
 TENANT = "tenant-a"
-
-
-class _Agent:
-    """Hermes stand-in: admin frames and hello never reach the agent itself."""
-
-    async def wait_ready(self) -> None:
-        return None
-
-    def cron_jobs(self) -> list[Json]:
-        return []
-
-    async def submit(self, lane: Any, text: str, **kwargs: Any) -> None:
-        return None
-
-    async def interrupt(self, lane: Any, *, user_id: str) -> None:
-        return None
-
-    def delete_transcript(self, lane: Any) -> int:
-        return 0
 
 
 class _Rig:
@@ -129,7 +111,7 @@ async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
         token=TOKEN,
         data_dir=tmp_path / "android",
         state_db=tmp_path / "state.db",
-        agent=_Agent(),
+        agent=IdleAgent(),
     )
     await controller.start()
     r = _Rig(controller, bus)

@@ -14,7 +14,8 @@ import pytest
 
 from gateway_plugin.channel_store import ChannelError
 from gateway_plugin.outbox import Outbox
-from tests.gateway_plugin.test_hellos import TENANT, _Agent, _Rig, make_rig, rig
+from tests.gateway_plugin.agents import IdleAgent
+from tests.gateway_plugin.test_hellos import TENANT, _Rig, make_rig, rig
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
@@ -87,7 +88,7 @@ async def test_paging_from_a_live_message_id_is_a_bad_request_not_an_empty_page(
     assert reply["body"]["type"] == "error" and reply["body"]["code"] == "bad_request"
 
 
-class _StoppableAgent(_Agent):
+class _StoppableAgent(IdleAgent):
     def __init__(self) -> None:
         self.stopped: list[tuple[str, str | None]] = []
 
@@ -121,7 +122,7 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         await rig.controller.stop()
 
 
-class _BalkingAgent(_Agent):
+class _BalkingAgent(IdleAgent):
     """Refuses its first message, as Hermes might when it is not ready."""
 
     def __init__(self) -> None:
@@ -228,7 +229,7 @@ async def test_rows_another_process_appends_are_published_even_when_ours_follow_
     await watcher.close()
 
 
-class _RecordingAgent(_Agent):
+class _RecordingAgent(IdleAgent):
     def __init__(self) -> None:
         self.lanes: list[tuple[str, str | None]] = []
 
@@ -328,7 +329,7 @@ async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
         await rig.controller.stop()
 
 
-class _ForgettingAgent(_Agent):
+class _ForgettingAgent(IdleAgent):
     def __init__(self) -> None:
         self.forgotten: list[tuple[str, str | None]] = []
 

@@ -19,6 +19,7 @@ from canonical.redis_bus import RedisBus
 from canonical.redis_timeouts import RedisTimeouts
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
+from tests.gateway_plugin.agents import IdleAgent
 from tests.harness.partition import PartitionableRelay
 from tests.harness.processes import RedisServer
 
@@ -28,14 +29,6 @@ TENANT = "tenant-doorbell"
 # The plugin gives up on a silent link at once; the edge's own link stays up, so nothing
 # makes the edge resync by itself.
 PLUGIN = RedisTimeouts(connect_s=1.0, command_s=0.3, health_check_s=60.0)
-
-
-class _Agent:
-    async def wait_ready(self) -> None:
-        return None
-
-    def cron_jobs(self) -> list[Json]:
-        return []
 
 
 async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -> None:
@@ -48,6 +41,24 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float = 15) -
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"  # the Redis server is shared
+
+
+def _plugin_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+
+
+def _controller(bus: RedisBus, tenant: str, tmp_path: Path) -> Controller:
+    return Controller(
+        load_settings({"token": TOKEN}),
+        bus,
+        tenant=tenant,
+        token=TOKEN,
+        data_dir=tmp_path / "android",
+        state_db=tmp_path / "state.db",
+        agent=IdleAgent(),  # type: ignore[arg-type]
+    )
 
 
 def _resyncs(events: list[Json]) -> int:
@@ -67,9 +78,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
 ) -> None:
     """The plugin's link to Redis loses everything for a while (the edges' do not): the
     events it sequenced meanwhile never reached Redis, and only the plugin knows."""
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    _plugin_environment(monkeypatch)
     link = await PartitionableRelay(redis_server.host, redis_server.port).start()
     events: list[Json] = []
     reconnects: list[None] = []
@@ -81,15 +90,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
     )
     tenant = unique(TENANT)
     plugin_bus = RedisBus(link.url(), PLUGIN)
-    controller = Controller(
-        load_settings({"token": TOKEN}),
-        plugin_bus,
-        tenant=tenant,
-        token=TOKEN,
-        data_dir=tmp_path / "android",
-        state_db=tmp_path / "state.db",
-        agent=_Agent(),  # type: ignore[arg-type]
-    )
+    controller = _controller(plugin_bus, tenant, tmp_path)
     try:
         await subscription.start()
         await subscription.add_tenant(tenant)
@@ -129,9 +130,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
 ) -> None:
     """An error reply to PUBLISH (here an ACL; in life also out-of-memory) is not a lost
     connection: the publisher must survive it, and the events after it still go out live."""
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    _plugin_environment(monkeypatch)
     user = unique("plugin")
     admin = RedisBus(redis_server.url)
     await admin.mux.execute("ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all")
@@ -144,15 +143,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
     )
     tenant = unique(TENANT)
     plugin_bus = RedisBus(f"redis://{user}:secret@{redis_server.host}:{redis_server.port}/0")
-    controller = Controller(
-        load_settings({"token": TOKEN}),
-        plugin_bus,
-        tenant=tenant,
-        token=TOKEN,
-        data_dir=tmp_path / "android",
-        state_db=tmp_path / "state.db",
-        agent=_Agent(),  # type: ignore[arg-type]
-    )
+    controller = _controller(plugin_bus, tenant, tmp_path)
     try:
         await subscription.start()
         await subscription.add_tenant(tenant)

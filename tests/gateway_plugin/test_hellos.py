@@ -15,18 +15,11 @@ import pytest
 from canonical.memory_bus import MemoryBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
+from tests.gateway_plugin.agents import IdleAgent
 
 Json = dict[str, Any]
 TOKEN = "pairing-token-" + "h" * 30
 TENANT = "tenant-h"
-
-
-class _Agent:
-    async def wait_ready(self) -> None:
-        return None
-
-    def cron_jobs(self) -> list[Json]:
-        return []
 
 
 class _Calls:
@@ -103,7 +96,7 @@ def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
             token=TOKEN,
             data_dir=tmp_path / "android",
             state_db=tmp_path / "state.db",
-            agent=agent or _Agent(),  # type: ignore[arg-type]
+            agent=agent or IdleAgent(),  # type: ignore[arg-type]
         )
         rig = _Rig(controller, bus)
         sub = bus.subscription("e1", rig.on_bus)

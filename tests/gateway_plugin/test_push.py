@@ -22,6 +22,7 @@ from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
 from gateway_plugin.jobs import JobQueue
+from tests.gateway_plugin.agents import IdleAgent
 from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
 from workers.config import load_config
@@ -34,14 +35,6 @@ Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
 TENANT = "tenant-p"
 LANE = ["android:default", None]
-
-
-class _Agent:
-    async def wait_ready(self) -> None:
-        return None
-
-    def cron_jobs(self) -> list[Json]:
-        return []
 
 
 async def eventually(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
@@ -156,7 +149,7 @@ async def make_rig(tmp_path: Path, fcm_account: Path) -> AsyncIterator[Callable[
             token=TOKEN,
             data_dir=tmp_path / "android",
             state_db=tmp_path / "state.db",
-            agent=_Agent(),  # type: ignore[arg-type]
+            agent=IdleAgent(),  # type: ignore[arg-type]
         )
         rig = _Rig(controller, bus)
         rig.subscription = bus.subscription("e1", rig.on_bus)
