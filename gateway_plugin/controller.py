@@ -1,7 +1,8 @@
 """The plugin's controller: the single sequencer between Hermes and the devices.
 
-It owns the outbox and the channel directory, consumes device commands from the bus,
-and turns what Hermes sends into sequenced canonical events, published in cursor order.
+It owns the outbox and the channel directory, consumes device commands from the bus
+(`command_reader`), and turns what Hermes sends into sequenced canonical events,
+published in cursor order.
 No Hermes import here: Hermes is reached through `AgentPort` (see hermes_bridge).
 """
 
@@ -16,13 +17,14 @@ from typing import Any
 from canonical.bus import Bus, direct_envelope
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
-from canonical.protocol import CLOSE, REPLY, error_body, now_iso
+from canonical.protocol import REPLY, now_iso
 from canonical.settings import GatewaySettings
 
 from . import admin, command_once
 from .attachments import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
 from .attachments import AttachmentRegistry
 from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
+from .command_reader import CommandReader
 from .commands import CommandHandler
 from .decisions import DecisionDesk
 from .delivery import parse_cron_header
@@ -48,39 +50,6 @@ EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
 EXPIRY_SWEEP_S = 30.0  # how late a device learns that a picker expired
 CANCEL_AGAIN_S = 0.5  # stop(): how long a cancelled task may take before it is cancelled again
-
-
-def _internal_error(command: Json) -> Json:
-    return error_body(
-        "internal_error", "the gateway failed to handle this request", command.get("request_id")
-    )
-
-
-# A device whose hello or sync failed is waiting for a replay that will not come, and its
-# edge holds live events back until it does: close it (1011), so it reconnects and asks again.
-CLOSE_INTERNAL_ERROR = 1011
-_REPLAYING_COMMANDS = ("hello", "sync")
-
-
-def _failed(command: Json) -> tuple[Json, Json, str]:
-    """The reply to a command that raised: an error, or for a replay, an error and a close."""
-    return _refusal(command, _internal_error(command))
-
-
-def _expired(command: Json) -> tuple[Json, Json, str]:
-    """The reply to a command that waited longer than the command window (command_once)."""
-    error = error_body(
-        "unavailable",
-        "this request waited too long to be carried out; send it again",
-        command.get("request_id"),
-    )
-    return _refusal(command, error)
-
-
-def _refusal(command: Json, error: Json) -> tuple[Json, Json, str]:
-    if command.get("cmd") in _REPLAYING_COMMANDS:
-        return command, {"code": CLOSE_INTERNAL_ERROR, "frame": error}, CLOSE
-    return command, error, REPLY
 
 
 async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
@@ -139,11 +108,7 @@ class Controller:
         # Tells the edges to resync once an event could not be published (_doorbell_lost).
         self._doorbell_repair: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._consumer_name = f"plugin-{tenant}"
-        # Entries carried out whose XACK failed: acked with the next ones (insertion order).
-        self._owed_acks: dict[str, None] = {}
-        # The command being carried out and the direct replies it sent (command_once).
-        self._replying: tuple[Json, list[command_once.Reply]] | None = None
+        self.reader = CommandReader(self)
         self._orphans: dict[Lane, Json] = {}
         self._seen_head = self.outbox.head()
         self.pending_titles = PendingTitles()
@@ -168,7 +133,7 @@ class Controller:
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
-            asyncio.create_task(self._consumer(), name="hdg-consumer"),
+            asyncio.create_task(self.reader.run(), name="hdg-consumer"),
             asyncio.create_task(self._retention(), name="hdg-retention"),
             asyncio.create_task(self._attachment_retention(), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
@@ -208,11 +173,11 @@ class Controller:
         if trimmed:
             log.info("outbox retention trimmed %d events", trimmed)
         self.outbox.prune_processed(
-            command_once.record_cutoff(now or time.time(), self._command_window_s())
+            command_once.record_cutoff(now or time.time(), self.command_window_s())
         )
         return trimmed
 
-    def _command_window_s(self) -> float:
+    def command_window_s(self) -> float:
         """How long a command may wait in the stream and still be carried out."""
         return self.settings.outbox_retention_hours * 3600
 
@@ -338,7 +303,7 @@ class Controller:
             return
 
     async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
-        self._note_reply(command, kind, body)
+        self.reader.note_reply(command, kind, body)
         edge, conn = command.get("edge"), command.get("conn")
         if not edge or not conn:
             return
@@ -352,7 +317,7 @@ class Controller:
     async def reply_many(self, replies: list[tuple[Json, Json, str]]) -> None:
         """(command, body, kind) replies in one round trip, in order."""
         for command, body, kind in replies:
-            self._note_reply(command, kind, body)
+            self.reader.note_reply(command, kind, body)
         out = [
             (str(command["edge"]), direct_envelope(str(command["conn"]), kind, body))
             for command, body, kind in replies
@@ -365,154 +330,7 @@ class Controller:
         except BusUnavailable:
             log.warning("bus unavailable; %d replies lost (clients retry idempotently)", len(out))
 
-    def _note_reply(self, command: Json, kind: str, body: Json) -> None:
-        """Keep what the command being carried out answers, to answer a redelivery alike."""
-        if self._replying is not None and self._replying[0] is command:
-            self._replying[1].append((kind, body))
-
-    # -- commands in
-    async def _consumer(self) -> None:
-        await self.agent.wait_ready()
-        backoff = 0.1
-        first = True
-        while True:
-            try:
-                if first:
-                    # Entries taken but never acked (a crash, a failed XACK): those carried
-                    # out already are answered again from their record, not run again.
-                    batch = await self.bus.reclaim(self.tenant, self._consumer_name, 0)
-                    first = False
-                    if batch:
-                        log.info("reclaimed %d pending commands", len(batch))
-                    await self._handle_batch(batch)
-                    self._close_stale_runs()
-                    continue
-                batch = await self.bus.consume(self.tenant, self._consumer_name, 64, 1000)
-                backoff = 0.1
-                await self._handle_batch(batch)
-            except BusUnavailable:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                first = True
-                continue
-            except Exception:
-                # An error reply from Redis (out of memory), a locked database...: this loop
-                # is the only reader of device commands, so it must outlive any of them. What
-                # was read and not acked is reclaimed (idempotent) once it works again.
-                log.exception("handling device commands failed; retrying")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-                first = True
-
-    async def _handle_batch(self, batch: list[tuple[str, Json]]) -> None:
-        """Carry out a stream read in order; each entry is marked processed (outbox.db)
-        once its effect is durable, and the batch is acked (XACK) after all marks. An entry
-        marked already (redelivered) is answered again, not carried out again."""
-        acks: list[str] = []
-        try:
-            if batch:
-                done = self.outbox.processed_replies([entry_id for entry_id, _ in batch])
-                await self._carry_out(batch, done, acks)
-        except BaseException:
-            # Those carried out before the failure are owed their XACK (and, when reclaimed
-            # meanwhile, answered already): acked with the next read.
-            self._owed_acks.update(dict.fromkeys(acks))
-            raise
-        await self._ack(acks)
-
-    async def _carry_out(
-        self, batch: list[tuple[str, Json]], done: dict[str, str | None], acks: list[str]
-    ) -> None:
-        now = time.time()
-        hellos: list[tuple[str, Json]] = []
-        for entry_id, command in batch:
-            if entry_id in done:
-                await self._handle_hellos(hellos, acks)  # replies stay in stream order
-                await self._answer_again(entry_id, command, done[entry_id])
-                acks.append(entry_id)
-            elif command_once.outlived_window(entry_id, now, self._command_window_s()):
-                await self._handle_hellos(hellos, acks)
-                log.warning("command %s waited too long; not carried out", command.get("cmd"))
-                await self.reply_many([_expired(command)])
-                acks.append(entry_id)
-            elif command.get("cmd") == "hello":
-                hellos.append((entry_id, command))  # consecutive hellos go together
-            else:
-                await self._handle_hellos(hellos, acks)
-                replies = await self._handle_one(command)
-                self.outbox.mark_processed(entry_id, command_once.replies_to_keep(command, replies))
-                acks.append(entry_id)
-        await self._handle_hellos(hellos, acks)
-
-    async def _answer_again(self, entry_id: str, command: Json, kept: str | None) -> None:
-        """A redelivered entry: its device may still wait for the answer a failed XACK (or a
-        crash) kept from being final. Not when this process owes the entry's XACK: then
-        it answered it itself, moments ago."""
-        if entry_id in self._owed_acks:
-            return
-        replies = command_once.kept_replies(kept)
-        if replies:
-            await self.reply_many([(command, body, kind) for kind, body in replies])
-
-    async def _ack(self, entry_ids: list[str]) -> None:
-        """XACK these entries and any whose XACK failed before. A failure is retried with
-        the next read (at least every second): an entry left pending would be delivered
-        again at the next reclaim, and its record is what then keeps it from running twice."""
-        owed = self._owed_acks
-        was_owing = bool(owed)
-        owed.update(dict.fromkeys(entry_ids))
-        if not owed:
-            return
-        settling = list(owed)
-        try:
-            await self.bus.ack_many(self.tenant, settling)
-        except Exception as exc:  # the bus down, or an error reply (a failover, an ACL)
-            if not was_owing:
-                log.warning(
-                    "could not ack %d commands (%s: %s); retrying with the next read",
-                    len(owed),
-                    type(exc).__name__,
-                    exc,
-                )
-            return
-        for entry_id in settling:
-            owed.pop(entry_id, None)
-        if was_owing:
-            log.info("acked the commands whose XACK had failed")
-
-    async def _handle_one(self, command: Json) -> list[command_once.Reply]:
-        """Carry out one command; the direct replies it sent."""
-        replies: list[command_once.Reply] = []
-        self._replying = (command, replies)
-        try:
-            await self.commands.handle(command)
-        except Exception:
-            log.exception("command %s failed", command.get("cmd"))
-            await self.reply_many([_failed(command)])
-        finally:
-            self._replying = None
-        return replies
-
-    async def _handle_hellos(self, hellos: list[tuple[str, Json]], acks: list[str]) -> None:
-        if not hellos:
-            return
-        entry_ids = [entry_id for entry_id, _ in hellos]
-        commands = [command for _, command in hellos]
-        hellos.clear()
-        try:
-            await self.commands.hello_batch(commands)
-        except Exception:
-            log.exception("%d hellos failed together; answering them one by one", len(commands))
-            for command in commands:  # one bad hello must not fail its neighbours
-                try:
-                    await self.commands.hello_batch([command])
-                except Exception:
-                    log.exception("hello failed")
-                    await self.reply_many([_failed(command)])
-        self.outbox.mark_processed_many(entry_ids)
-        acks.extend(entry_ids)
-
-    def _close_stale_runs(self) -> None:
+    def close_stale_runs(self) -> None:
         """Runs a previous process accepted but never finished. Hermes resumes sessions its
         restart interrupted; a resumed lane adopts its run. Otherwise the run is closed as
         failed after ADOPT_WINDOW_S, with the text it had streamed: never left open."""

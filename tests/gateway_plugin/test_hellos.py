@@ -185,12 +185,12 @@ def entry_id(seq: int) -> str:
 
 async def test_an_entry_already_carried_out_is_acked_without_running_again(rig: _Rig) -> None:
     first, second, third = entry_id(1), entry_id(2), entry_id(3)
-    await rig.controller._handle_batch([(first, hello("phone")), (second, hello("desk"))])
+    await rig.controller.reader.handle_batch([(first, hello("phone")), (second, hello("desk"))])
     assert len(rig.replies) == 2
     assert rig.controller.outbox.processed_among([first, second, third]) == {first, second}
     # Reclaimed after a crash between the marks and the XACK: skipped, and a hello's
     # replay is not kept to be sent again (the device asks again from its cursor).
-    await rig.controller._handle_batch([(first, hello("phone")), (third, hello("tablet"))])
+    await rig.controller.reader.handle_batch([(first, hello("phone")), (third, hello("tablet"))])
     assert [r["conn"] for r in rig.replies] == ["c-phone", "c-desk", "c-tablet"]
 
 
@@ -207,7 +207,7 @@ async def test_a_failing_hello_is_closed_with_1011_and_its_neighbours_are_answer
     monkeypatch.setattr(rig.controller.devices, "seen_many", broken)
     ids = [entry_id(1), entry_id(2), entry_id(3)]
     batch = list(zip(ids, [hello("phone"), hello("bad"), hello("desk")], strict=True))
-    await rig.controller._handle_batch(batch)
+    await rig.controller.reader.handle_batch(batch)
     # A close, not a reply: the edge holds the device's live events until its replay comes.
     assert [(r["conn"], r["kind"]) for r in rig.replies] == [
         ("c-phone", "replay"),
