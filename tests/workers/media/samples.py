@@ -96,8 +96,10 @@ def sine_audio(
     rate: int = 44_100,
     layout: str = "stereo",
     codec: str = "flac",
+    start_seconds: float = 0.0,
 ) -> Path:
-    """A 440 Hz sine (FLAC by default; ``codec="pcm_s16le"`` with a .wav path for WAV)."""
+    """A 440 Hz sine (FLAC by default; ``codec="pcm_s16le"`` with a .wav path for WAV),
+    its timestamps starting at ``start_seconds`` (a clip cut from a longer recording)."""
     channels = 2 if layout == "stereo" else 1
     period = array.array(
         "h", (int(8000 * math.sin(2 * math.pi * 440 * i / rate)) for i in range(rate))
@@ -105,6 +107,7 @@ def sine_audio(
     with av.open(str(path), mode="w") as container:
         stream = cast(AudioStream, container.add_stream(codec, rate=rate))
         stream.layout = layout
+        offset = int(start_seconds * rate)
         total = int(seconds * rate)
         pts = 0
         while pts < total:
@@ -115,7 +118,7 @@ def sine_audio(
             frame = av.AudioFrame(format="s16", layout=layout, samples=n)
             frame.planes[0].update(samples.tobytes())
             frame.sample_rate = rate
-            frame.pts = pts
+            frame.pts = offset + pts
             container.mux(stream.encode(frame))
             pts += n
         container.mux(stream.encode(None))

@@ -51,6 +51,39 @@ def test_audio_longer_than_the_cap_is_too_large(sine_60s: Path, tmp_path: Path) 
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["clip.mka", "clip.ogg"])
+def test_a_short_clip_whose_timestamps_start_late_is_not_too_large(
+    name: str, tmp_path: Path
+) -> None:
+    # Cut from a long recording: five seconds of sound stamped from 4000 s on.
+    codec = "libopus" if name.endswith(".ogg") else "flac"
+    src = samples.sine_audio(
+        tmp_path / name, seconds=5, rate=48_000, layout="mono", codec=codec, start_seconds=4000
+    )
+    result = transcode_voice(src, tmp_path / "out", LIMITS)
+    assert result["duration"] == pytest.approx(5.0, abs=0.05)
+
+
+def test_chained_ogg_is_transcoded_whole_and_counted_against_the_cap(tmp_path: Path) -> None:
+    # Ogg links one after another, each with timestamps from zero (a recorder or stream
+    # dump that starts a new link): the sound adds up, the timestamps do not.
+    link = samples.sine_audio(
+        tmp_path / "link.ogg", seconds=5, rate=48_000, layout="mono", codec="libopus"
+    )
+    chained = tmp_path / "chained.ogg"
+    chained.write_bytes(link.read_bytes() * 4)
+    result = transcode_voice(chained, tmp_path / "out", LIMITS)
+    assert result["duration"] == pytest.approx(20.0, abs=0.05)
+    with av.open(str(result["audio"])) as container:
+        decoded = sum(frame.samples for frame in container.decode(container.streams.audio[0]))
+    assert decoded / 48_000 == pytest.approx(20.0, abs=0.05)
+
+    with pytest.raises(MediaError) as raised:
+        transcode_voice(chained, tmp_path / "capped", MediaLimits(max_seconds=8))
+    assert raised.value.code == "too_large"
+    assert not (tmp_path / "capped").exists() or list((tmp_path / "capped").iterdir()) == []
+
+
 def test_random_bytes_are_corrupt(tmp_path: Path) -> None:
     with pytest.raises(MediaError) as raised:
         transcode_voice(samples.random_bytes(tmp_path / "voice.m4a"), tmp_path / "out", LIMITS)
