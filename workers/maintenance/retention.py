@@ -4,7 +4,8 @@ The media root is the gateway's attachment storage (``<tenant>/<attachment_id>``
 the previews of each in ``<tenant>/derived/<attachment_id>/``). A registered attachment
 is never swept here: the plugin's registry expires it (``ANDROID_ATTACHMENT_RETENTION_DAYS``,
 which may be longer, or forever), and its previews stay while it does. What is swept is
-everything else: previews of attachments that are gone, and what jobs left behind.
+everything else: previews of attachments that are gone, and what jobs left behind
+(also the temporary files a killed job left among a live attachment's previews).
 
 Safe next to live traffic: only entries whose own mtime is older than the cutoff are
 touched, symlinks are never followed (a link is removed as a link), files that vanish
@@ -66,6 +67,9 @@ def sweep_files(root: Path, cutoff: float) -> SweepReport:
 
 
 _ATTACHMENT_ID = re.compile(r"[0-9a-f]{32}")
+# What ``workers.atomic.temp_sibling`` names a file being written: a job killed mid-write
+# leaves it behind, and a re-run writes under a new name.
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{12}\.part", re.DOTALL)
 
 
 def _registered(path: str, name: str, depth: int) -> bool:
@@ -92,6 +96,8 @@ def _sweep_dir(path: str, cutoff: float, report: SweepReport, depth: int = 1) ->
         return
     for entry in entries:
         if _registered(path, entry.name, depth):
+            if depth == 3:  # a live attachment's previews: only what a killed job left
+                _sweep_temporaries(entry.path, cutoff, report)
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -111,6 +117,29 @@ def _sweep_dir(path: str, cutoff: float, report: SweepReport, depth: int = 1) ->
                 continue
             report.files_deleted += 1
             report.bytes_deleted += info.st_size
+
+
+def _sweep_temporaries(path: str, cutoff: float, report: SweepReport) -> None:
+    """Delete the old temporary files (``workers.atomic``) in the directory ``path``."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return  # not a directory, vanished or unreadable: nothing of ours to clear
+    for entry in entries:
+        if not _TEMPORARY.fullmatch(entry.name):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime >= cutoff:
+                continue
+            os.unlink(entry.path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            report.errors.append(f"{entry.path}: {exc.strerror}")
+            continue
+        report.files_deleted += 1
+        report.bytes_deleted += info.st_size
 
 
 def _remove_empty_dir(path: str, report: SweepReport) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.workers.helpers import job_ctx
+from workers.atomic import temp_sibling
 from workers.context import WorkerResources
 from workers.maintenance.retention import extra_retention_tasks, retention_sweep, sweep_files
 
@@ -156,3 +157,18 @@ def test_registered_attachments_and_their_previews_are_left_to_the_registry(
     assert attachment.exists() and preview.exists()
     assert not orphan.exists() and not leftover.exists() and not at_the_root.exists()
     assert report.files_deleted == 3
+
+
+def test_a_killed_jobs_temporary_file_among_live_previews_is_swept(tmp_path: Path) -> None:
+    # A worker killed while writing a preview leaves its temporary sibling; the re-run
+    # writes under a new name, so nothing else ever removes it while the attachment lives.
+    kept = "c" * 32
+    attachment = make_file(tmp_path / "t1" / kept, age_days=30)
+    derived = tmp_path / "t1" / "derived" / kept
+    preview = make_file(derived / "preview.mp4", age_days=30)
+    stale = make_file(temp_sibling(preview), age_days=30, size=1000)
+    writing = make_file(temp_sibling(derived / "poster.webp"), age_days=0)  # a job at work
+    report = sweep_files(tmp_path, time.time() - 7 * DAY)
+    assert attachment.exists() and preview.exists() and writing.exists()
+    assert not stale.exists()
+    assert (report.files_deleted, report.bytes_deleted, report.errors) == (1, 1000, [])
