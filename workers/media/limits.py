@@ -12,7 +12,8 @@ class MediaLimits:
     """What a transcoder accepts and produces.
 
     ``max_pixels`` caps an image's or a video frame's width x height (checked from the
-    header, before any pixel is decoded). Pillow's own guard (``Image.MAX_IMAGE_PIXELS``,
+    header, before any pixel is decoded; for video also on every decoded frame, since a
+    codec may change size mid-stream). Pillow's own guard (``Image.MAX_IMAGE_PIXELS``,
     89.5 MP: a warning above it, an error above twice it) still applies on top, so a
     cap above ~179 MP has no effect. ``max_seconds`` caps audio duration.
     """

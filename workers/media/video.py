@@ -94,6 +94,12 @@ def _encode(
     with ffmpeg_errors("video decoding"):
         for frame in frames:
             decoded += 1
+            if frame.width * frame.height > limits.max_pixels:
+                # The stream's header said small; a codec may change size mid-stream.
+                raise MediaError(
+                    "too_large",
+                    f"a {frame.width}x{frame.height} video frame exceeds the pixel cap",
+                )
             t = frame.time if frame.time is not None else decoded / fps
             if start is None:
                 start = t

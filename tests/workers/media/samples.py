@@ -6,10 +6,12 @@ Used by the media tests and by ``bench/media_bench.py``.
 from __future__ import annotations
 
 import array
+import io
 import math
 import os
 import struct
 import zlib
+from fractions import Fraction
 from pathlib import Path
 from typing import cast
 
@@ -176,4 +178,25 @@ def video(
                 container.mux(sound.encode(frame))
                 pts += n
             container.mux(sound.encode(None))
+    return path
+
+
+def mjpeg_growing(path: Path, first: tuple[int, int], then: tuple[int, int], count: int) -> Path:
+    """Matroska Motion JPEG whose first frame is ``first`` and whose next ``count`` frames
+    are ``then``: each JPEG carries its own size, so the header only knows the first."""
+
+    def jpeg(size: tuple[int, int]) -> bytes:
+        buffer = io.BytesIO()
+        Image.new("RGB", size, (40, 80, 160)).save(buffer, "JPEG", quality=10)
+        return buffer.getvalue()
+
+    with av.open(str(path), mode="w", format="matroska") as container:
+        stream = container.add_stream("mjpeg", rate=30)
+        stream.width, stream.height, stream.pix_fmt = first[0], first[1], "yuvj420p"
+        for index, data in enumerate([jpeg(first)] + [jpeg(then)] * count):
+            packet = av.Packet(data)
+            packet.stream = stream
+            packet.pts = packet.dts = index
+            packet.time_base = Fraction(1, 30)
+            container.mux(packet)
     return path

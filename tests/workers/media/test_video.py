@@ -120,3 +120,15 @@ def test_frames_over_the_pixel_cap_are_too_large(video_1080p: Path, tmp_path: Pa
     with pytest.raises(MediaError) as raised:
         make_video_preview(video_1080p, tmp_path, MediaLimits(max_pixels=1_000_000))
     assert raised.value.code == "too_large"
+
+
+def test_frames_growing_past_the_pixel_cap_mid_stream_are_too_large(tmp_path: Path) -> None:
+    # The header (and the first frame) are small; the frames after it are over the cap.
+    src = samples.mjpeg_growing(tmp_path / "clip.mkv", (320, 240), (1600, 1200), count=3)
+    with pytest.raises(MediaError) as raised:
+        make_video_preview(src, tmp_path / "out", MediaLimits(max_pixels=1_000_000))
+    assert raised.value.code == "too_large"
+    assert list((tmp_path / "out").iterdir()) == []
+    # Under the cap, the same file is a video like any other.
+    result = make_video_preview(src, tmp_path / "ok", MediaLimits(max_pixels=2_000_000))
+    assert (result["source_width"], result["frames"]) == (320, 4)
