@@ -33,6 +33,7 @@ from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id
 
 from .errors import CommandError
+from .media_jobs import drop_outputs
 from .sqlite_file import open_wal
 
 if TYPE_CHECKING:
@@ -496,7 +497,8 @@ class AttachmentRegistry:
 
     # -- retention
     def cleanup(self, now: float | None = None) -> dict[str, int]:
-        """Delete expired attachments, abandoned partial files and orphans.
+        """Delete expired attachments (and their previews), abandoned partial files and
+        orphans.
 
         Only files under this tenant's storage directory are ever touched; the files an
         agent produced elsewhere were copied, never moved.
@@ -525,7 +527,13 @@ class AttachmentRegistry:
                 cur.execute("ROLLBACK")
                 raise
         known -= missing
-        counts = {"expired": len(expired), "missing": len(missing), "partial": 0, "orphans": 0}
+        counts = {
+            "expired": len(expired),
+            "missing": len(missing),
+            "partial": 0,
+            "orphans": 0,
+            "previews": drop_outputs(self.directory, expired | missing),
+        }
         counts["partial"] += _sweep(
             spec.incoming_dir(self.storage_root, self.tenant), now - INCOMING_TTL_S
         )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import now_iso
@@ -27,7 +29,26 @@ KINDS = {"image": "image", "voice": "audio", "audio": "audio", "video": "video"}
 _ABOUT_THE_FILE = frozenset({"corrupt", "too_large", "unsupported"})
 
 
-def job_for(record: Attachment, storage_root: Any, tenant_dir: Any) -> Json | None:
+def derived_dir(tenant_dir: Path, attachment_id: str) -> Path:
+    """Where the worker writes an attachment's previews."""
+    return tenant_dir / "derived" / attachment_id
+
+
+def drop_outputs(tenant_dir: Path, attachment_ids: set[str]) -> int:
+    """Delete the previews of attachments that are gone; how many directories went.
+
+    Embedded, nothing else ever removes them (the workers' retention sweep runs in scaled
+    mode only). A link in their place is left alone, never followed."""
+    dropped = 0
+    for attachment_id in attachment_ids:
+        path = derived_dir(tenant_dir, attachment_id)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            dropped += not path.exists()
+    return dropped
+
+
+def job_for(record: Attachment, storage_root: Any, tenant_dir: Path) -> Json | None:
     kind = KINDS.get(record.kind)
     if kind is None:
         return None
@@ -35,7 +56,7 @@ def job_for(record: Attachment, storage_root: Any, tenant_dir: Any) -> Json | No
         "idempotency_key": f"media:{record.attachment_id}",
         "kind": kind,
         "src_path": str(tenant_dir / record.attachment_id),
-        "out_dir": str(tenant_dir / "derived" / record.attachment_id),
+        "out_dir": str(derived_dir(tenant_dir, record.attachment_id)),
     }
 
 

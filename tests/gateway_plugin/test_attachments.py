@@ -13,6 +13,7 @@ import pytest
 
 from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id
+from gateway_plugin import media_jobs
 from gateway_plugin.attachment_flow import added_event, display_messages
 from gateway_plugin.attachments import (
     ORPHAN_TTL_S,
@@ -287,7 +288,7 @@ def test_cleanup_deletes_expired_abandoned_and_orphaned_files_only_in_storage(
 
     clock.now += 4 * 86400 + 1  # old and delivered are now 7 days + 1 s old
     counts = registry.cleanup()
-    assert counts == {"expired": 2, "missing": 0, "partial": 2, "orphans": 1}
+    assert counts == {"expired": 2, "missing": 0, "partial": 2, "orphans": 1, "previews": 0}
     assert registry.get(old) is None and registry.get(delivered.attachment_id) is None
     assert not registry.path_of(old).exists()
     assert registry.get(fresh) is not None
@@ -304,6 +305,27 @@ def test_cleanup_forgets_rows_whose_files_vanished(
     assert registry.get(attachment_id) is None
     assert registry.cleanup()["missing"] == 1
     assert registry.records([attachment_id]) == []
+
+
+def test_cleanup_deletes_the_previews_of_attachments_that_are_gone(
+    registry: AttachmentRegistry, channels: ChannelDirectory, clock: Clock
+) -> None:
+    entry = home(channels)
+    expiring = register(registry, entry, b"a")
+    clock.now += 7 * 86400 + 1
+    vanished, kept = register(registry, entry, b"b"), register(registry, entry, b"c")
+    registry.path_of(vanished).unlink()  # deleted behind the registry's back
+    previews = {}
+    for attachment_id in (expiring, vanished, kept):
+        out = media_jobs.derived_dir(registry.directory, attachment_id)
+        out.mkdir(parents=True)
+        (out / "thumb.webp").write_bytes(b"webp")
+        previews[attachment_id] = out
+
+    counts = registry.cleanup()
+    assert (counts["expired"], counts["missing"], counts["previews"]) == (1, 1, 2)
+    assert not previews[expiring].exists() and not previews[vanished].exists()
+    assert (previews[kept] / "thumb.webp").exists()
 
 
 def test_history_shows_the_users_text_and_maps_sends_to_transcript_ids(
