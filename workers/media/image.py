@@ -1,13 +1,15 @@
 """Image thumbnails: WebP, longest side <= 512 px, orientation applied, EXIF stripped.
 
 Guards: a pixel cap checked from the header before decoding, Pillow's own
-decompression-bomb check (``Image.MAX_IMAGE_PIXELS``), and a short list of accepted
-formats. Saving without ``exif=``/``icc_profile=``/``xmp=`` writes no metadata, so GPS
+decompression-bomb check (``Image.MAX_IMAGE_PIXELS``), a cap on a JPEG's scans (each
+is a pass over the whole image), and a short list of accepted formats. Saving without ``exif=``/``icc_profile=``/``xmp=`` writes no metadata, so GPS
 and camera data never reach the thumbnail.
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -19,10 +21,11 @@ from ..atomic import atomic_output
 from ..errors import MediaError
 from .limits import MediaLimits
 
-__all__ = ["IMAGE_FORMATS", "THUMB_NAME", "make_thumbnail"]
+__all__ = ["IMAGE_FORMATS", "MAX_JPEG_SCANS", "THUMB_NAME", "jpeg_scans", "make_thumbnail"]
 
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "AVIF")
 THUMB_NAME = "thumb.webp"
+MAX_JPEG_SCANS = 500
 _UNSUPPORTED_MAGIC: tuple[tuple[int, bytes, str], ...] = (
     (4, b"ftypheic", "HEIC"),
     (4, b"ftypheix", "HEIC"),
@@ -54,6 +57,14 @@ def _decode_thumbnail(src: Path, limits: MediaLimits) -> tuple[Image.Image, dict
                     "too_large",
                     f"{width}x{height} image has {width * height} pixels; the cap is {limits.max_pixels}",
                 )
+            if im.format in ("JPEG", "MPO"):
+                scans = jpeg_scans(src, MAX_JPEG_SCANS)
+                if scans > MAX_JPEG_SCANS:
+                    raise MediaError(
+                        "too_large",
+                        f"the JPEG has more than {MAX_JPEG_SCANS} scans; each one is a pass "
+                        "over the whole image",
+                    )
             if im.format == "JPEG":
                 im.draft("RGB", (limits.thumb_size, limits.thumb_size))  # DCT-domain downscale
             thumb = _upright_without_metadata(im)
@@ -75,6 +86,52 @@ def _decode_thumbnail(src: Path, limits: MediaLimits) -> tuple[Image.Image, dict
         raise MediaError("corrupt", f"image does not decode: {exc}") from None
     except UserWarning as exc:  # "Corrupt EXIF data" etc., when warnings are errors (-W error)
         raise MediaError("corrupt", f"image does not decode: {exc}") from None
+
+
+def jpeg_scans(src: Path, limit: int) -> int:
+    """How many scans the first image of the JPEG at ``src`` has (counting stops past
+    ``limit``). A progressive JPEG may repeat scans of a few bytes each, and libjpeg
+    makes a pass over every coefficient of the image for each: 95 bytes a scan cost about
+    5 ms at 64 MP, so a 64 MiB upload would cost an hour of CPU. Real encoders write
+    about ten. Stops at anything it does not understand (the decoder judges that)."""
+    with src.open("rb") as fh:
+        if os.fstat(fh.fileno()).st_size < 4:
+            return 0
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _count_scans(buf, limit)
+
+
+def _count_scans(buf: mmap.mmap, limit: int) -> int:
+    end = len(buf)
+    pos, scans = 2, 0  # after SOI
+    while pos + 4 <= end and buf[pos] == 0xFF:
+        marker = buf[pos + 1]
+        if marker == 0xFF:  # fill byte before a marker
+            pos += 1
+            continue
+        if marker == 0xD9:  # EOI
+            break
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(buf[pos + 2 : pos + 4], "big")
+        if marker != 0xDA:  # SOS: its entropy-coded data runs to the next real marker
+            continue
+        scans += 1
+        if scans > limit:
+            break
+        while True:
+            pos = buf.find(b"\xff", pos)
+            if pos < 0 or pos + 1 >= end:
+                return scans
+            following = buf[pos + 1]
+            if following == 0xFF:
+                pos += 1
+            elif following == 0x00 or 0xD0 <= following <= 0xD7:  # stuffing, restart
+                pos += 2
+            else:
+                break
+    return scans
 
 
 _METADATA_KEYS = ("exif", "xmp", "XML:com.adobe.xmp", "icc_profile", "Raw profile type exif")

@@ -200,3 +200,40 @@ def mjpeg_growing(path: Path, first: tuple[int, int], then: tuple[int, int], cou
             packet.time_base = Fraction(1, 30)
             container.mux(packet)
     return path
+
+
+def jpeg_scan_bomb(path: Path, size: int = 1024, scans: int = 600) -> Path:
+    """A grey progressive JPEG of ``size`` x ``size`` whose first AC scan is repeated
+    ``scans`` times: each copy is a few bytes (end-of-band runs over every block) and
+    costs the decoder a pass over the whole image."""
+
+    def segment(marker: int, payload: bytes) -> bytes:
+        return bytes((0xFF, marker)) + struct.pack(">H", len(payload) + 2) + payload
+
+    def entropy(codes: list[tuple[int, int]]) -> bytes:
+        bits = "".join(format(value, f"0{length}b") for value, length in codes)
+        bits += "1" * (-len(bits) % 8)
+        out = bytearray()
+        for i in range(0, len(bits), 8):
+            out.append(int(bits[i : i + 8], 2))
+            if out[-1] == 0xFF:
+                out.append(0)  # byte stuffing
+        return bytes(out)
+
+    blocks = ((size + 7) // 8) ** 2
+    assert blocks >= 16384, "each end-of-band run covers 16384 to 32767 blocks"
+    one_code = bytes([1] + [0] * 15)  # a Huffman table with one code, "0"
+    runs, left = [], blocks
+    while left:
+        run = left if left <= 32767 else min(32767, left - 16384)
+        runs.append(run)
+        left -= run
+    ac = entropy([c for run in runs for c in ((0, 1), (run - 16384, 14))])
+    data = b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
+    data += segment(0xC2, struct.pack(">BHHB", 8, size, size, 1) + b"\x01\x11\x00")
+    data += segment(0xC4, b"\x00" + one_code + b"\x00")  # DC: difference 0
+    data += segment(0xC4, b"\x10" + one_code + b"\xe0")  # AC: EOB run of 2^14 + 14 bits
+    data += segment(0xDA, b"\x01\x01\x00\x00\x00\x00") + entropy([(0, 1)] * blocks)
+    data += (segment(0xDA, b"\x01\x01\x00\x01\x3f\x00") + ac) * scans + b"\xff\xd9"
+    path.write_bytes(data)
+    return path

@@ -9,7 +9,7 @@ from PIL import Image
 
 from tests.workers.media import samples
 from workers.errors import MediaError
-from workers.media.image import make_thumbnail
+from workers.media.image import MAX_JPEG_SCANS, jpeg_scans, make_thumbnail
 from workers.media.limits import MediaLimits
 
 LIMITS = MediaLimits()
@@ -100,6 +100,32 @@ def test_the_explicit_pixel_cap_names_the_numbers(photo_12mp: Path, tmp_path: Pa
         make_thumbnail(photo_12mp, tmp_path / "out", MediaLimits(max_pixels=10_000_000))
     assert raised.value.code == "too_large"
     assert "4000x3000" in raised.value.message and "10000000" in raised.value.message
+
+
+def test_a_jpeg_repeating_its_scans_is_refused_before_decoding(tmp_path: Path) -> None:
+    # 600 scans of 12 bytes each: a pass over all 4 MP per scan if decoded.
+    src = samples.jpeg_scan_bomb(tmp_path / "scans.jpg", size=2048, scans=600)
+    assert src.stat().st_size < 100_000
+    with pytest.raises(MediaError) as raised:
+        make_thumbnail(src, tmp_path / "out", LIMITS)
+    assert raised.value.code == "too_large" and "scans" in raised.value.message
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_real_progressive_and_baseline_jpegs_have_few_scans(tmp_path: Path) -> None:
+    image = Image.new("RGB", (900, 600), (200, 40, 40))
+    baseline, progressive = tmp_path / "baseline.jpg", tmp_path / "progressive.jpg"
+    image.save(baseline, "JPEG")
+    image.save(progressive, "JPEG", progressive=True)
+    assert jpeg_scans(baseline, MAX_JPEG_SCANS) == 1
+    assert jpeg_scans(progressive, MAX_JPEG_SCANS) == 10  # libjpeg's standard script
+    assert jpeg_scans(samples.jpeg_scan_bomb(tmp_path / "b.jpg", scans=MAX_JPEG_SCANS), 10**6) == (
+        MAX_JPEG_SCANS + 1
+    )
+    assert make_thumbnail(progressive, tmp_path / "out", LIMITS)["width"] == 512
+    # Exactly at the limit still decodes.
+    at_limit = samples.jpeg_scan_bomb(tmp_path / "at.jpg", scans=MAX_JPEG_SCANS - 1)
+    assert make_thumbnail(at_limit, tmp_path / "out2", LIMITS)["width"] == 512
 
 
 @pytest.mark.parametrize(
