@@ -14,6 +14,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from gateway_plugin.setup_flow import SetupError, home_pairing
+
 from . import home as homes
 from . import ops
 from .pairing import Pairing
@@ -61,7 +63,10 @@ def _lan_address() -> str:
 def cmd_pair(args: argparse.Namespace) -> int:
     import segno
 
-    pairing = _pairing(Path(args.home), args.public_host, args.name)
+    try:
+        pairing = home_pairing(Path(args.home), public_host=args.public_host, name=args.name)
+    except SetupError as exc:
+        raise SystemExit(f"hdgctl pair: {exc}") from None
     uri = pairing.uri()
     qr = segno.make(uri, error="m")
     if args.png:
@@ -126,7 +131,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("Generated a pairing token in", home / ".env")
     cmd_pair(
         argparse.Namespace(
-            home=str(home), public_host=None, name="Hermes", png=None, svg=None, quiet=args.no_qr
+            home=str(home), public_host=None, name=None, png=None, svg=None, quiet=args.no_qr
         )
     )
     print(f"Chat from this terminal: {_python_bin('hdgctl')} chat --home {home}")
@@ -179,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     pair = sub.add_parser("pair", help="print the pairing QR code and URI (optionally as PNG/SVG)")
     pair.add_argument("--home", default=default_home)
     pair.add_argument("--public-host", help="host name or address the phone should dial")
-    pair.add_argument("--name", default="Hermes")
+    pair.add_argument("--name", help="server name shown in the app (default: setup's)")
     pair.add_argument("--png")
     pair.add_argument("--svg")
     pair.add_argument("--quiet", action="store_true")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +57,21 @@ def read_env(home: Path) -> dict[str, str]:
     return values
 
 
-def set_env(home: Path, updates: dict[str, str]) -> None:
-    """Set keys in .env (secrets only, Hermes' policy), keeping other lines; mode 0600."""
+def set_env(home: Path, updates: dict[str, str], remove: Iterable[str] = ()) -> None:
+    """Set keys in .env (secrets only, Hermes' policy), drop the `remove` keys, keep other
+    lines; mode 0600."""
     home.mkdir(parents=True, exist_ok=True)
     path = home / ".env"
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     pending = dict(updates)
+    dropped = set(remove) - set(updates)
     out: list[str] = []
     for line in lines:
         key = line.split("=", 1)[0].strip()
         if key in pending:
             out.append(f"{key}={pending.pop(key)}")
+        elif key in dropped:
+            continue
         else:
             out.append(line)
     out.extend(f"{key}={value}" for key, value in pending.items())

@@ -79,3 +79,61 @@ def test_pair_saves_a_png_that_decodes_to_the_printed_uri(
     uri = next(line for line in out.splitlines() if line.startswith("pairing URI:")).split()[-1]
     assert decode_png(png) == uri
     assert parse_pairing(uri).token == _env(tmp_path)["ANDROID_TOKEN"]
+
+
+def _uri(out: str) -> Pairing:
+    line = next(line for line in out.splitlines() if line.lower().startswith("pairing uri:"))
+    return parse_pairing(line.split()[-1])
+
+
+def test_pair_shows_the_public_address_setup_saved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--public-host", "gw.example.org", "--public-port", "443", "--public-tls"]
+    assert main(["setup", "--home", str(tmp_path), "--name", "Home", "--no-qr", *flags]) == 0
+    shown_by_setup = _uri(capsys.readouterr().out)
+    assert main(["pair", "--home", str(tmp_path), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert _uri(out) == shown_by_setup
+    assert shown_by_setup == Pairing(
+        host="gw.example.org",
+        port=443,
+        token=_env(tmp_path)["ANDROID_TOKEN"],
+        tls=True,
+        name="Home",
+    )
+    assert "WebSocket:   wss://gw.example.org:443/ws" in out
+
+
+def test_setup_run_again_with_a_new_port_host_or_tls_moves_the_pairing_code_along(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = str(tmp_path / "home")
+    assert main(["setup", "--home", home, "--no-qr"]) == 0
+    capsys.readouterr()
+    assert main(["setup", "--home", home, "--host", "gw.lan", "--port", "9000", "--no-qr"]) == 0
+    moved = _uri(capsys.readouterr().out)
+    assert (moved.host, moved.port, moved.tls) == ("gw.lan", 9000, False)
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("cert", encoding="utf-8")
+    key.write_text("key", encoding="utf-8")
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key), "--no-qr"]
+    assert main(["setup", "--home", home, *flags]) == 0
+    assert _uri(capsys.readouterr().out).tls is True
+    assert main(["pair", "--home", home, "--quiet"]) == 0
+    paired = _uri(capsys.readouterr().out)
+    assert (paired.host, paired.port, paired.tls) == ("gw.lan", 9000, True)
+
+
+def test_setup_moves_a_pairing_code_an_earlier_release_saved_with_the_listen_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Earlier releases saved the derived public address too, which then never moved.
+    public = {"host": "127.0.0.1", "port": 8790, "tls": False, "name": "Hermes"}
+    extra = {"host": "127.0.0.1", "port": 8790, "push_backend": "none", "public": public}
+    config = {"gateway": {"platforms": {"android": {"enabled": True, "extra": extra}}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    assert main(["setup", "--home", str(tmp_path), "--port", "9001", "--no-qr"]) == 0
+    assert _uri(capsys.readouterr().out).port == 9001
+    assert main(["pair", "--home", str(tmp_path), "--quiet"]) == 0
+    assert _uri(capsys.readouterr().out).port == 9001
