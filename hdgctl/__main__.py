@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway_plugin.setup_flow import SetupError, home_pairing
+from gateway_plugin.setup_flow import SetupError, android_extra, home_pairing
 
 from . import home as homes
 from . import ops
@@ -123,8 +123,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(
             "Point Hermes at a real model with `hermes model` or by editing", home / "config.yaml"
         )
-    extra = {"host": args.host, "port": args.port}
-    homes.enable_plugin(config, extra)
+    # Keep the listen address setup wrote unless one is given here.
+    extra = {"host": "127.0.0.1", "port": 8790, **android_extra(config)}
+    if args.host is not None:
+        extra["host"] = args.host
+    if args.port is not None:
+        extra["port"] = args.port
+    homes.enable_plugin(config, {"host": extra["host"], "port": extra["port"]})
     homes.write_config(home, config)
     if not (os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")):
         homes.set_env(home, {"ANDROID_TOKEN": homes.new_token()})
@@ -176,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="configure the plugin in a Hermes home and run `hermes gateway run` (embedded mode)",
     )
     up.add_argument("--home", default=default_home)
-    up.add_argument("--host", default=os.environ.get("ANDROID_WS_HOST", "127.0.0.1"))
-    up.add_argument("--port", type=int, default=int(os.environ.get("ANDROID_WS_PORT", "8790")))
+    up.add_argument("--host", help="listen address (default: the home's, else 127.0.0.1)")
+    up.add_argument("--port", type=int, help="listen port (default: the home's, else 8790)")
     up.add_argument("--no-qr", action="store_true")
     up.set_defaults(func=cmd_up)
 
