@@ -390,6 +390,9 @@ def interactive_setup(
     except (SetupError, EOFError, KeyboardInterrupt) as exc:
         print_fn(f"Android setup stopped: {exc or 'cancelled'}")
         return None
+    except OSError as exc:  # a home that cannot be created or written
+        print_fn(f"Android setup stopped: cannot write the Hermes home {home}: {exc}")
+        return None
     if generated:
         outcome.token_source = "generated"
     print_fn(f"Wrote {home / '.env'} ({', '.join(outcome.env_keys)}) and {home / 'config.yaml'}.")

@@ -179,6 +179,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     except SetupError as exc:
         print(f"setup: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a home that cannot be created or written
+        print(f"setup: cannot write the Hermes home {home}: {exc}", file=sys.stderr)
+        return 2
     print(f"Token: {outcome.token_source}. Wrote {home / '.env'} and {home / 'config.yaml'}.")
     show_pairing(outcome, qr=not args.no_qr)
     print("Start (or restart) the gateway to apply: hermes gateway run")

@@ -230,3 +230,9 @@ def test_turning_tls_off_removes_the_certificate_so_the_edge_serves_what_the_cod
     assert "ANDROID_WS_CERT" not in env and "ANDROID_WS_KEY" not in env
     assert parse_pairing(terminal.line("Pairing URI:")).tls is False
     assert terminal.line("App URL:").startswith("ws://")
+
+
+def test_a_home_that_cannot_be_created_stops_the_flow_with_a_message() -> None:
+    terminal = Terminal(DEFAULTS, secrets=[""])
+    assert run(Path("/proc/no-such-hermes-home"), terminal) is None
+    assert "cannot write the Hermes home /proc/no-such-hermes-home" in terminal.text

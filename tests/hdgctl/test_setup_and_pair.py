@@ -137,3 +137,12 @@ def test_setup_moves_a_pairing_code_an_earlier_release_saved_with_the_listen_add
     assert _uri(capsys.readouterr().out).port == 9001
     assert main(["pair", "--home", str(tmp_path), "--quiet"]) == 0
     assert _uri(capsys.readouterr().out).port == 9001
+
+
+def test_setup_into_a_home_that_cannot_be_created_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["setup", "--home", "/proc/no-such-hermes-home", "--no-qr"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("setup: cannot write the Hermes home /proc/no-such-hermes-home")
+    assert "Traceback" not in err
