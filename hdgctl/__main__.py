@@ -164,8 +164,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
     else:
         pairing = _pairing(Path(args.home))
         url, token = args.url or pairing.ws_url(), args.token or pairing.token
+    context = None
+    if url.startswith("wss://"):
+        # The edge's own certificate is trusted (pinned), as for hdgctl devices / token.
+        cert = os.environ.get("ANDROID_WS_CERT") or homes.read_env(Path(args.home)).get(
+            "ANDROID_WS_CERT"
+        )
+        context = ops.tls_context(Path(cert) if cert else None, insecure=False)
     return asyncio.run(
-        run_chat(url, token, chat_id=args.chat_id, once=args.once, device_id=args.device_id)
+        run_chat(
+            url,
+            token,
+            chat_id=args.chat_id,
+            once=args.once,
+            device_id=args.device_id,
+            ssl=context,
+        )
     )
 
 

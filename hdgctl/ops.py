@@ -75,7 +75,7 @@ def _as_fields(dotenv: dict[str, str]) -> dict[str, str]:
     return {by_env[key]: value for key, value in dotenv.items() if key in by_env}
 
 
-def _tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
+def tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
     if insecure:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -110,7 +110,7 @@ def resolve_target(
         host = settings.ws_host if settings.ws_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
         host = f"[{host}]" if ":" in host else host
         url = f"{'wss' if tls else 'ws'}://{host}:{settings.ws_port}/ws"
-    context = _tls_context(settings.ws_cert, insecure) if url.startswith("wss://") else None
+    context = tls_context(settings.ws_cert, insecure) if url.startswith("wss://") else None
     return Target(url, pairing_token, admin_token, context, home)
 
 
