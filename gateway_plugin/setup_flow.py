@@ -203,15 +203,17 @@ def _pairing(token: str, host: str, port: int, serves_tls: bool, choices: SetupC
 def home_pairing(home: Path, *, public_host: str | None = None, name: str | None = None) -> Pairing:
     """The pairing code for a home as it is set up (`hdgctl pair`): the same one setup
     printed, with the environment's overrides (ANDROID_TOKEN, ANDROID_WS_HOST/PORT/CERT)."""
-    choices, token = current_choices(home)
-    token = os.environ.get("ANDROID_TOKEN") or token
+    choices, _ = current_choices(home)
+    with homes.hermes_environment(home) as environ:  # the home's .env wins, as in Hermes
+        token = environ.get("ANDROID_TOKEN")
+        host = environ.get("ANDROID_WS_HOST") or choices.host
+        port_value = environ.get("ANDROID_WS_PORT") or choices.port
+        serves_tls = bool(environ.get("ANDROID_WS_CERT"))
     if not token:
         raise SetupError(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl setup --home {home}` first"
         )
-    host = os.environ.get("ANDROID_WS_HOST") or choices.host
-    port = check_port(os.environ.get("ANDROID_WS_PORT") or choices.port)
-    serves_tls = bool(os.environ.get("ANDROID_WS_CERT") or (choices.tls_cert and choices.tls_key))
+    port = check_port(port_value)
     if public_host:
         choices.public_host = public_host
     if name:

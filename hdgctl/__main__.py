@@ -36,7 +36,7 @@ def _free_port() -> int:
 
 def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairing:
     env = homes.read_env(home)
-    token = os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")
+    token = env.get("ANDROID_TOKEN") or os.environ.get("ANDROID_TOKEN")  # .env wins, as in Hermes
     if not token:
         raise SystemExit(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl up` or `hdgctl setup` first"
@@ -46,7 +46,7 @@ def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairi
     ).get("extra") or {}
     bind = os.environ.get("ANDROID_WS_HOST") or str(extra.get("host", "127.0.0.1"))
     port = int(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
-    tls = bool(os.environ.get("ANDROID_WS_CERT") or env.get("ANDROID_WS_CERT"))
+    tls = bool(env.get("ANDROID_WS_CERT") or os.environ.get("ANDROID_WS_CERT"))
     shown = host or (bind if bind not in ("0.0.0.0", "::") else _lan_address())
     return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
 
@@ -167,7 +167,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     context = None
     if url.startswith("wss://"):
         # The edge's own certificate is trusted (pinned), as for hdgctl devices / token.
-        cert = os.environ.get("ANDROID_WS_CERT") or homes.read_env(Path(args.home)).get(
+        cert = homes.read_env(Path(args.home)).get("ANDROID_WS_CERT") or os.environ.get(
             "ANDROID_WS_CERT"
         )
         context = ops.tls_context(Path(cert) if cert else None, insecure=False)

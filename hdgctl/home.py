@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,23 @@ def read_env(home: Path) -> dict[str, str]:
             value = value[1:-1]
         values[key.strip()] = value
     return values
+
+
+@contextlib.contextmanager
+def hermes_environment(home: Path) -> Iterator[dict[str, str]]:
+    """``os.environ`` as Hermes has it for this home: the home's ``.env`` loaded over the
+    shell's variables (Hermes loads it with override), restored afterwards."""
+    dotenv = read_env(home)
+    saved = {key: os.environ.get(key) for key in dotenv}
+    os.environ.update(dotenv)
+    try:
+        yield dict(os.environ)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def set_env(home: Path, updates: dict[str, str], remove: Iterable[str] = ()) -> None:

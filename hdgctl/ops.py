@@ -94,6 +94,13 @@ def tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
 def resolve_target(
     home: Path, url: str | None = None, *, insecure: bool = False, token: str | None = None
 ) -> Target:
+    # The token, certificate and admin token the running gateway has: its .env wins over
+    # a (stale) ANDROID_TOKEN in this shell, as when Hermes loads it.
+    with homes.hermes_environment(home):
+        return _resolve_target(home, url, insecure=insecure, token=token)
+
+
+def _resolve_target(home: Path, url: str | None, *, insecure: bool, token: str | None) -> Target:
     settings = home_settings(home)
     pairing_token = token or settings.token_value()
     if not pairing_token:
