@@ -94,8 +94,13 @@ def set_env(home: Path, updates: dict[str, str], remove: Iterable[str] = ()) -> 
             out.append(line)
     out.extend(f"{key}={value}" for key, value in pending.items())
     tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(out) + "\n", encoding="utf-8")
-    os.chmod(tmp, 0o600)
+    # A new file, private from its creation: never a moment readable by others (nor a
+    # leftover file someone else may already hold open).
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(out) + "\n")
     os.replace(tmp, path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,16 @@ def test_setup_into_a_home_that_cannot_be_created_says_so(
     err = capsys.readouterr().err
     assert err.startswith("setup: cannot write the Hermes home /proc/no-such-hermes-home")
     assert "Traceback" not in err
+
+
+def test_setup_never_writes_the_token_into_a_file_others_can_read(tmp_path: Path) -> None:
+    # A temporary file left by an interrupted setup, world-readable, that another local
+    # user opened meanwhile: the token must not land in it.
+    leftover = tmp_path / ".env.tmp"
+    leftover.write_text("", encoding="utf-8")
+    leftover.chmod(0o644)
+    with leftover.open(encoding="utf-8") as watcher:
+        assert main(["setup", "--home", str(tmp_path), "--no-qr"]) == 0
+        token = _env(tmp_path)["ANDROID_TOKEN"]
+        assert token not in watcher.read()
+    assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
