@@ -207,13 +207,16 @@ def home_pairing(home: Path, *, public_host: str | None = None, name: str | None
     with homes.hermes_environment(home) as environ:  # the home's .env wins, as in Hermes
         token = environ.get("ANDROID_TOKEN")
         host = environ.get("ANDROID_WS_HOST") or choices.host
-        port_value = environ.get("ANDROID_WS_PORT") or choices.port
+        port_value: str | int = environ.get("ANDROID_WS_PORT") or choices.port
         serves_tls = bool(environ.get("ANDROID_WS_CERT"))
     if not token:
         raise SetupError(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl setup --home {home}` first"
         )
-    port = check_port(port_value)
+    try:
+        port = check_port(port_value)
+    except SetupError as exc:
+        raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
     if public_host:
         choices.public_host = public_host
     if name:

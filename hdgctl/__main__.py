@@ -14,7 +14,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway_plugin.setup_flow import SetupError, android_extra, home_pairing
+from canonical.errors import SettingsError
+from gateway_plugin.setup_flow import SetupError, android_extra, check_port, home_pairing
 
 from . import home as homes
 from . import ops
@@ -45,7 +46,10 @@ def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairi
         ((homes.read_config(home).get("gateway") or {}).get("platforms") or {}).get("android") or {}
     ).get("extra") or {}
     bind = os.environ.get("ANDROID_WS_HOST") or str(extra.get("host", "127.0.0.1"))
-    port = int(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
+    try:
+        port = check_port(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
+    except SetupError as exc:
+        raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
     tls = bool(env.get("ANDROID_WS_CERT") or os.environ.get("ANDROID_WS_CERT"))
     shown = host or (bind if bind not in ("0.0.0.0", "::") else _lan_address())
     return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
@@ -63,16 +67,15 @@ def _lan_address() -> str:
 def cmd_pair(args: argparse.Namespace) -> int:
     import segno
 
-    try:
-        pairing = home_pairing(Path(args.home), public_host=args.public_host, name=args.name)
-    except SetupError as exc:
-        raise SystemExit(f"hdgctl pair: {exc}") from None
+    pairing = home_pairing(Path(args.home), public_host=args.public_host, name=args.name)
     uri = pairing.uri()
     qr = segno.make(uri, error="m")
-    if args.png:
-        qr.save(args.png, scale=6)
-    if args.svg:
-        qr.save(args.svg, scale=6)
+    for path in (args.png, args.svg):
+        if path:
+            try:
+                qr.save(path, scale=6)
+            except OSError as exc:
+                raise SetupError(f"cannot write {path}: {exc.strerror or exc}") from None
     if not args.quiet:
         qr.terminal(compact=True)
     print(f"pairing URI: {uri}")
@@ -223,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (SettingsError, SetupError) as exc:  # a bad setting or answer: say which
+        print(f"hdgctl {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -160,3 +160,26 @@ def test_setup_never_writes_the_token_into_a_file_others_can_read(tmp_path: Path
         token = _env(tmp_path)["ANDROID_TOKEN"]
         assert token not in watcher.read()
     assert stat.S_IMODE((tmp_path / ".env").stat().st_mode) == 0o600
+
+
+def test_a_malformed_port_in_the_shell_is_named_and_setup_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANDROID_WS_PORT", "80a")
+    assert main(["setup", "--home", str(tmp_path), "--no-qr"]) == 0
+    capsys.readouterr()
+    for command in (["pair", "--quiet"], ["chat", "--once", "hi"], ["devices", "list"]):
+        assert main([*command, "--home", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"hdgctl {command[0]}: ANDROID_WS_PORT: "), err
+
+
+def test_pair_to_a_png_in_a_missing_directory_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["setup", "--home", str(tmp_path), "--no-qr"]) == 0
+    png = tmp_path / "no-such-dir" / "qr.png"
+    assert main(["pair", "--home", str(tmp_path), "--png", str(png), "--quiet"]) == 2
+    assert (
+        capsys.readouterr().err == f"hdgctl pair: cannot write {png}: No such file or directory\n"
+    )
