@@ -259,9 +259,8 @@ def apply_setup(home: Path, choices: SetupChoices) -> SetupOutcome:
     public["tls"] = choices.public_tls
     extra["public"] = {k: v for k, v in public.items() if v is not None}
     extra["public"]["name"] = pairing.name
+    config = homes.enable_plugin(homes.read_config(home), extra)  # may refuse: write nothing
     homes.set_env(home, secrets, remove=no_tls)  # TLS turned off: the edge serves ws://
-    config = homes.read_config(home)
-    homes.enable_plugin(config, extra)
     homes.write_config(home, config)
     return SetupOutcome(home=home, pairing=pairing, token_source=source, env_keys=sorted(secrets))
 
@@ -340,7 +339,11 @@ def interactive_setup(
     home = Path(home) if home is not None else homes.default_home()
     print_fn = print_fn or print
     ask = _Prompter(input_fn or input, getpass_fn or getpass.getpass, print_fn)
-    defaults, existing_token = current_choices(home)
+    try:
+        defaults, existing_token = current_choices(home)
+    except homes.HomeError as exc:
+        print_fn(f"Android setup stopped: {exc}")
+        return None
     print_fn("")
     print_fn("─── 📱 Android / device gateway ───")
     print_fn(f"Hermes home: {home}")
@@ -392,7 +395,7 @@ def interactive_setup(
                 "ntfy topic (keep it secret)", defaults.ntfy_topic or new_ntfy_topic(), check_host
             )
         outcome = apply_setup(home, choices)
-    except (SetupError, EOFError, KeyboardInterrupt) as exc:
+    except (SetupError, homes.HomeError, EOFError, KeyboardInterrupt) as exc:
         print_fn(f"Android setup stopped: {exc or 'cancelled'}")
         return None
     except OSError as exc:  # a home that cannot be created or written

@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (SettingsError, SetupError) as exc:  # a bad setting or answer: say which
+    except (SettingsError, SetupError, homes.HomeError) as exc:  # a bad setting: say which
         print(f"hdgctl {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -25,11 +25,19 @@ def default_home() -> Path:
     return Path(os.environ.get("HERMES_HOME") or Path.home() / ".hermes")
 
 
+class HomeError(ValueError):
+    """A Hermes home's file that cannot be used as it is; the message says which."""
+
+
 def read_config(home: Path) -> dict[str, Any]:
     path = home / "config.yaml"
     if not path.exists():
         return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise HomeError(f"{path} is not valid YAML; fix it first ({problem})") from None
     return data if isinstance(data, dict) else {}
 
 
@@ -108,15 +116,26 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def _section(parent: dict[str, Any], key: str, kind: type, where: str) -> Any:
+    """``parent[key]``, created when missing or empty (a YAML key with nothing under it)."""
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = kind()
+    if not isinstance(value, kind):
+        raise HomeError(f"config.yaml: {where} is a {type(value).__name__}, not a {kind.__name__}")
+    return value
+
+
 def enable_plugin(config: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    plugins = config.setdefault("plugins", {})
-    enabled = plugins.setdefault("enabled", [])
+    plugins = _section(config, "plugins", dict, "plugins")
+    enabled = _section(plugins, "enabled", list, "plugins.enabled")
     if PLUGIN_NAME not in enabled:
         enabled.append(PLUGIN_NAME)
-    platforms = config.setdefault("gateway", {}).setdefault("platforms", {})
-    android = platforms.setdefault("android", {})
+    gateway = _section(config, "gateway", dict, "gateway")
+    platforms = _section(gateway, "platforms", dict, "gateway.platforms")
+    android = _section(platforms, "android", dict, "gateway.platforms.android")
     android["enabled"] = True
-    android.setdefault("extra", {}).update(extra or {})
+    _section(android, "extra", dict, "gateway.platforms.android.extra").update(extra or {})
     return config
 
 

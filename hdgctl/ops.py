@@ -165,7 +165,11 @@ class AdminSession:
 # -- commands
 def cmd_setup(args: argparse.Namespace) -> int:
     home = Path(args.home)
-    defaults, _ = current_choices(home)
+    try:
+        defaults, _ = current_choices(home)
+    except homes.HomeError as exc:
+        print(f"setup: {exc}", file=sys.stderr)
+        return 2
     choices = SetupChoices(
         token=args.token,
         host=args.host or defaults.host,
@@ -183,7 +187,7 @@ def cmd_setup(args: argparse.Namespace) -> int:
     )
     try:
         outcome = apply_setup(home, choices)
-    except SetupError as exc:
+    except (SetupError, homes.HomeError) as exc:
         print(f"setup: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a home that cannot be created or written

@@ -183,3 +183,28 @@ def test_pair_to_a_png_in_a_missing_directory_says_so(
     assert (
         capsys.readouterr().err == f"hdgctl pair: cannot write {png}: No such file or directory\n"
     )
+
+
+@pytest.mark.parametrize(
+    "config_text",
+    ["plugins:\n  enabled:\n", "gateway:\n  platforms:\n    android:\n"],
+    ids=["empty plugins.enabled", "empty android section"],
+)
+def test_setup_fills_in_config_keys_left_empty(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config_text: str
+) -> None:
+    (tmp_path / "config.yaml").write_text(config_text, encoding="utf-8")
+    assert main(["setup", "--home", str(tmp_path), "--port", "8813", "--no-qr"]) == 0
+    assert _extra(tmp_path)["port"] == 8813
+    assert "ANDROID_TOKEN" in _env(tmp_path)
+
+
+def test_setup_on_a_config_yaml_it_cannot_read_says_so_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.yaml").write_text("model: [unclosed\n", encoding="utf-8")
+    assert main(["setup", "--home", str(tmp_path), "--no-qr"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"setup: {tmp_path / 'config.yaml'} is not valid YAML; fix it first")
+    assert not (tmp_path / ".env").exists()
+    assert (tmp_path / "config.yaml").read_text(encoding="utf-8") == "model: [unclosed\n"
