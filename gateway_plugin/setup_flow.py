@@ -90,6 +90,8 @@ def check_port(value: str | int) -> int:
 
 def check_host(value: str) -> str:
     host = value.strip()
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 literal is kept bare
+        host = host[1:-1]
     if not host or any(c.isspace() for c in host) or "/" in host:
         raise SetupError(f"{value!r} is not a host name or address")
     return host
@@ -128,13 +130,20 @@ def new_ntfy_topic() -> str:
     return "hermes-" + homes.new_token()[:22]
 
 
-def lan_address() -> str:
+def lan_address(*, ipv6: bool = False) -> str:
+    """This machine's address on its network (for ``ipv6``, its IPv6 one)."""
+    # Documentation prefixes: no packet is sent for a UDP connect.
+    family, probe_to, fallback = (
+        (socket.AF_INET6, "2001:db8::1", "::1")
+        if ipv6
+        else (socket.AF_INET, "192.0.2.1", DEFAULT_HOST)
+    )
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent for UDP connect
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((probe_to, 9))
             return str(probe.getsockname()[0])
     except OSError:
-        return DEFAULT_HOST
+        return fallback
 
 
 # -- what is there already
@@ -185,8 +194,13 @@ def current_choices(home: Path) -> tuple[SetupChoices, str | None]:
 
 
 def _listen_address_shown(host: str) -> str:
-    """The address an app dials for this listen address when no public host is set."""
-    return lan_address() if host in ("0.0.0.0", "::") else host
+    """The address an app dials for this listen address when no public host is set.
+    ``::`` listens on IPv6 only (docs/operations.md), so it gets this machine's IPv6 one."""
+    if host == "0.0.0.0":
+        return lan_address()
+    if host == "::":
+        return lan_address(ipv6=True)
+    return host
 
 
 def _pairing(token: str, host: str, port: int, serves_tls: bool, choices: SetupChoices) -> Pairing:

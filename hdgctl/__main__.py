@@ -51,17 +51,10 @@ def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairi
     except SetupError as exc:
         raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
     tls = bool(env.get("ANDROID_WS_CERT") or os.environ.get("ANDROID_WS_CERT"))
-    shown = host or (bind if bind not in ("0.0.0.0", "::") else _lan_address())
+    # chat runs on the gateway's host: a wildcard listen address is reached over loopback
+    # (`::` listens on IPv6 only).
+    shown = host or {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
     return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
-
-
-def _lan_address() -> str:
-    import socket
-
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 def cmd_pair(args: argparse.Namespace) -> int:

@@ -114,7 +114,9 @@ def _resolve_target(home: Path, url: str | None, *, insecure: bool, token: str |
         )
     tls = settings.ws_cert is not None and settings.ws_key is not None
     if url is None:
-        host = settings.ws_host if settings.ws_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        # A wildcard listen address is reached over loopback; `::` is IPv6 only.
+        loopback = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+        host = loopback.get(settings.ws_host, settings.ws_host)
         host = f"[{host}]" if ":" in host else host
         url = f"{'wss' if tls else 'ws'}://{host}:{settings.ws_port}/ws"
     context = tls_context(settings.ws_cert, insecure) if url.startswith("wss://") else None

@@ -208,3 +208,17 @@ def test_setup_on_a_config_yaml_it_cannot_read_says_so_and_writes_nothing(
     assert err.startswith(f"setup: {tmp_path / 'config.yaml'} is not valid YAML; fix it first")
     assert not (tmp_path / ".env").exists()
     assert (tmp_path / "config.yaml").read_text(encoding="utf-8") == "model: [unclosed\n"
+
+
+def test_an_ipv6_listen_address_gets_an_ipv6_code_and_brackets_are_not_doubled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `::` listens on IPv6 only: an IPv4 address in the code could not be dialled.
+    assert main(["setup", "--home", str(tmp_path / "a"), "--host", "::", "--no-qr"]) == 0
+    host = _uri(capsys.readouterr().out).host
+    assert ":" in host and host != "::"
+    home = str(tmp_path / "b")
+    assert main(["setup", "--home", home, "--public-host", "[fd00::1]", "--no-qr"]) == 0
+    out = capsys.readouterr().out
+    assert _uri(out).host == "fd00::1"
+    assert "App URL:     ws://[fd00::1]:8790/ws" in out
