@@ -102,9 +102,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = homes.read_config(home)
     env = homes.read_env(home)
     model_proc = None
-    if (
-        not homes.model_configured(config, env)
-        or (config.get("model") or {}).get("default") == "scripted-model"
+    model = config.get("model")
+    if not homes.model_configured(config, env) or (
+        isinstance(model, dict) and model.get("default") == "scripted-model"
     ):
         model_proc, base_url = _start_scripted_model(home)
         config["model"] = {

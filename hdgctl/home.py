@@ -141,6 +141,8 @@ def enable_plugin(config: dict[str, Any], extra: dict[str, Any] | None = None) -
 
 def model_configured(config: dict[str, Any], env: dict[str, str]) -> bool:
     model = config.get("model")
+    if isinstance(model, str) and model.strip():  # Hermes' short form: `model: provider/name`
+        return True
     if isinstance(model, dict) and (
         model.get("base_url") or model.get("provider") not in (None, "", "auto")
     ):
