@@ -90,6 +90,8 @@ def check_port(value: str | int) -> int:
 
 def check_host(value: str) -> str:
     host = value.strip()
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 literal is kept bare
+        host = host[1:-1]
     if not host or any(c.isspace() for c in host) or "/" in host:
         raise SetupError(f"{value!r} is not a host name or address")
     return host
@@ -128,13 +130,20 @@ def new_ntfy_topic() -> str:
     return "hermes-" + homes.new_token()[:22]
 
 
-def lan_address() -> str:
+def lan_address(*, ipv6: bool = False) -> str:
+    """This machine's address on its network (for ``ipv6``, its IPv6 one)."""
+    # Documentation prefixes: no packet is sent for a UDP connect.
+    family, probe_to, fallback = (
+        (socket.AF_INET6, "2001:db8::1", "::1")
+        if ipv6
+        else (socket.AF_INET, "192.0.2.1", DEFAULT_HOST)
+    )
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent for UDP connect
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((probe_to, 9))
             return str(probe.getsockname()[0])
     except OSError:
-        return DEFAULT_HOST
+        return fallback
 
 
 # -- what is there already
@@ -145,26 +154,88 @@ def android_extra(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def current_choices(home: Path) -> tuple[SetupChoices, str | None]:
-    """Defaults for the prompts from the home, and the token it has (if any)."""
+    """Defaults for the prompts from the home, and the token it has (if any).
+
+    A public host, port or TLS flag equal to what the listen settings give anyway is
+    reported as unset (None), so it follows them when they change: earlier releases wrote
+    the derived values too."""
     env = homes.read_env(home)
     extra = android_extra(homes.read_config(home))
     found = extra.get("public")
     public: dict[str, Any] = found if isinstance(found, dict) else {}
+    host = str(extra.get("host") or DEFAULT_HOST)
+    port = int(extra.get("port") or DEFAULT_PORT)
+    tls_cert = env.get("ANDROID_WS_CERT") or None
+    tls_key = env.get("ANDROID_WS_KEY") or None
+    public_host = public.get("host")
+    if public_host is not None and str(public_host) == _listen_address_shown(host):
+        public_host = None
+    public_port = public.get("port")
+    if public_port is not None and int(public_port) == port:
+        public_port = None
+    public_tls = public.get("tls")
+    if public_tls is not None and bool(public_tls) == bool(tls_cert and tls_key):
+        public_tls = None
     choices = SetupChoices(
-        host=str(extra.get("host") or DEFAULT_HOST),
-        port=int(extra.get("port") or DEFAULT_PORT),
+        host=host,
+        port=port,
         push=str(extra.get("push_backend") or "none"),
         fcm_service_account=env.get("ANDROID_FCM_SERVICE_ACCOUNT") or None,
         ntfy_topic=env.get("NTFY_TOPIC") or None,
         ntfy_server_url=str(extra.get("ntfy_server_url") or "") or None,
-        tls_cert=env.get("ANDROID_WS_CERT") or None,
-        tls_key=env.get("ANDROID_WS_KEY") or None,
-        public_host=public.get("host"),
-        public_port=public.get("port"),
-        public_tls=public.get("tls"),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        public_host=None if public_host is None else str(public_host),
+        public_port=None if public_port is None else int(public_port),
+        public_tls=None if public_tls is None else bool(public_tls),
         name=str(public.get("name") or "Hermes"),
     )
     return choices, env.get("ANDROID_TOKEN") or None
+
+
+def _listen_address_shown(host: str) -> str:
+    """The address an app dials for this listen address when no public host is set.
+    ``::`` listens on IPv6 only (docs/operations.md), so it gets this machine's IPv6 one."""
+    if host == "0.0.0.0":
+        return lan_address()
+    if host == "::":
+        return lan_address(ipv6=True)
+    return host
+
+
+def _pairing(token: str, host: str, port: int, serves_tls: bool, choices: SetupChoices) -> Pairing:
+    """What the app dials: the public address where one is set, else the listen address."""
+    return Pairing(
+        host=check_host(choices.public_host or _listen_address_shown(host)),
+        port=check_port(choices.public_port or port),
+        token=token,
+        tls=serves_tls if choices.public_tls is None else choices.public_tls,
+        name=choices.name or "Hermes",
+    )
+
+
+def home_pairing(home: Path, *, public_host: str | None = None, name: str | None = None) -> Pairing:
+    """The pairing code for a home as it is set up (`hdgctl pair`): the same one setup
+    printed, with the environment's overrides (ANDROID_TOKEN, ANDROID_WS_HOST/PORT/CERT)."""
+    choices, _ = current_choices(home)
+    with homes.hermes_environment(home) as environ:  # the home's .env wins, as in Hermes
+        token = environ.get("ANDROID_TOKEN")
+        host = environ.get("ANDROID_WS_HOST") or choices.host
+        port_value: str | int = environ.get("ANDROID_WS_PORT") or choices.port
+        serves_tls = bool(environ.get("ANDROID_WS_CERT"))
+    if not token:
+        raise SetupError(
+            f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl setup --home {home}` first"
+        )
+    try:
+        port = check_port(port_value)
+    except SetupError as exc:
+        raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
+    if public_host:
+        choices.public_host = public_host
+    if name:
+        choices.name = name
+    return _pairing(token, host, port, serves_tls, choices)
 
 
 # -- writing
@@ -191,27 +262,19 @@ def apply_setup(home: Path, choices: SetupChoices) -> SetupOutcome:
         extra["ntfy_server_url"] = choices.ntfy_server_url or "https://ntfy.sh"
     if bool(choices.tls_cert) != bool(choices.tls_key):
         raise SetupError("TLS needs both a certificate and its key")
+    no_tls: tuple[str, ...] = ("ANDROID_WS_CERT", "ANDROID_WS_KEY")
     if choices.tls_cert and choices.tls_key:
         secrets["ANDROID_WS_CERT"] = check_file(choices.tls_cert)
         secrets["ANDROID_WS_KEY"] = check_file(choices.tls_key)
-    tls = bool(choices.tls_cert) if choices.public_tls is None else choices.public_tls
-    shown_host = choices.public_host or (lan_address() if host in ("0.0.0.0", "::") else host)
-    pairing = Pairing(
-        host=check_host(shown_host),
-        port=check_port(choices.public_port or port),
-        token=token,
-        tls=tls,
-        name=choices.name or "Hermes",
-    )
-    extra["public"] = {
-        "host": pairing.host,
-        "port": pairing.port,
-        "tls": pairing.tls,
-        "name": pairing.name,
-    }
-    homes.set_env(home, secrets)
-    config = homes.read_config(home)
-    homes.enable_plugin(config, extra)
+        no_tls = ()
+    pairing = _pairing(token, host, port, bool(choices.tls_cert), choices)
+    # Only what was chosen: a public address left unset follows the listen settings.
+    public: dict[str, Any] = {"host": choices.public_host, "port": choices.public_port}
+    public["tls"] = choices.public_tls
+    extra["public"] = {k: v for k, v in public.items() if v is not None}
+    extra["public"]["name"] = pairing.name
+    config = homes.enable_plugin(homes.read_config(home), extra)  # may refuse: write nothing
+    homes.set_env(home, secrets, remove=no_tls)  # TLS turned off: the edge serves ws://
     homes.write_config(home, config)
     return SetupOutcome(home=home, pairing=pairing, token_source=source, env_keys=sorted(secrets))
 
@@ -290,13 +353,20 @@ def interactive_setup(
     home = Path(home) if home is not None else homes.default_home()
     print_fn = print_fn or print
     ask = _Prompter(input_fn or input, getpass_fn or getpass.getpass, print_fn)
-    defaults, existing_token = current_choices(home)
+    try:
+        defaults, existing_token = current_choices(home)
+    except homes.HomeError as exc:
+        print_fn(f"Android setup stopped: {exc}")
+        return None
     print_fn("")
     print_fn("─── 📱 Android / device gateway ───")
     print_fn(f"Hermes home: {home}")
     print_fn("Apps connect over WebSocket with a pairing token shown as a QR code.")
     try:
-        choices = SetupChoices()
+        # Not asked here, so kept as they are: a proxy's port and TLS, the server name.
+        choices = SetupChoices(
+            public_port=defaults.public_port, public_tls=defaults.public_tls, name=defaults.name
+        )
         generated = False
         if existing_token and ask.yes("Keep the current pairing token?", True):
             choices.token = None
@@ -321,10 +391,9 @@ def interactive_setup(
         ):
             choices.tls_cert = ask.ask("TLS certificate (PEM)", defaults.tls_cert or "", check_file)
             choices.tls_key = ask.ask("TLS private key (PEM)", defaults.tls_key or "", check_file)
-        suggested = defaults.public_host or (
-            lan_address() if choices.host in ("0.0.0.0", "::") else choices.host
-        )
-        choices.public_host = ask.ask("Address the app dials", suggested, check_host)
+        derived = _listen_address_shown(choices.host)
+        dialed = ask.ask("Address the app dials", defaults.public_host or derived, check_host)
+        choices.public_host = None if dialed == derived else dialed
         choices.push = ask.ask("Push backend (none, fcm, ntfy)", defaults.push, check_push)
         if choices.push == "fcm":
             choices.fcm_service_account = ask.ask(
@@ -340,8 +409,11 @@ def interactive_setup(
                 "ntfy topic (keep it secret)", defaults.ntfy_topic or new_ntfy_topic(), check_host
             )
         outcome = apply_setup(home, choices)
-    except (SetupError, EOFError, KeyboardInterrupt) as exc:
+    except (SetupError, homes.HomeError, EOFError, KeyboardInterrupt) as exc:
         print_fn(f"Android setup stopped: {exc or 'cancelled'}")
+        return None
+    except OSError as exc:  # a home that cannot be created or written
+        print_fn(f"Android setup stopped: cannot write the Hermes home {home}: {exc}")
         return None
     if generated:
         outcome.token_source = "generated"

@@ -14,6 +14,9 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from canonical.errors import SettingsError
+from gateway_plugin.setup_flow import SetupError, android_extra, check_port, home_pairing
+
 from . import home as homes
 from . import ops
 from .pairing import Pairing
@@ -34,7 +37,7 @@ def _free_port() -> int:
 
 def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairing:
     env = homes.read_env(home)
-    token = os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")
+    token = env.get("ANDROID_TOKEN") or os.environ.get("ANDROID_TOKEN")  # .env wins, as in Hermes
     if not token:
         raise SystemExit(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl up` or `hdgctl setup` first"
@@ -43,31 +46,29 @@ def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairi
         ((homes.read_config(home).get("gateway") or {}).get("platforms") or {}).get("android") or {}
     ).get("extra") or {}
     bind = os.environ.get("ANDROID_WS_HOST") or str(extra.get("host", "127.0.0.1"))
-    port = int(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
-    tls = bool(os.environ.get("ANDROID_WS_CERT") or env.get("ANDROID_WS_CERT"))
-    shown = host or (bind if bind not in ("0.0.0.0", "::") else _lan_address())
-    return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
-
-
-def _lan_address() -> str:
-    import socket
-
     try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+        port = check_port(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
+    except SetupError as exc:
+        raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
+    tls = bool(env.get("ANDROID_WS_CERT") or os.environ.get("ANDROID_WS_CERT"))
+    # chat runs on the gateway's host: a wildcard listen address is reached over loopback
+    # (`::` listens on IPv6 only).
+    shown = host or {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
+    return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
     import segno
 
-    pairing = _pairing(Path(args.home), args.public_host, args.name)
+    pairing = home_pairing(Path(args.home), public_host=args.public_host, name=args.name)
     uri = pairing.uri()
     qr = segno.make(uri, error="m")
-    if args.png:
-        qr.save(args.png, scale=6)
-    if args.svg:
-        qr.save(args.svg, scale=6)
+    for path in (args.png, args.svg):
+        if path:
+            try:
+                qr.save(path, scale=6)
+            except OSError as exc:
+                raise SetupError(f"cannot write {path}: {exc.strerror or exc}") from None
     if not args.quiet:
         qr.terminal(compact=True)
     print(f"pairing URI: {uri}")
@@ -101,9 +102,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = homes.read_config(home)
     env = homes.read_env(home)
     model_proc = None
-    if (
-        not homes.model_configured(config, env)
-        or (config.get("model") or {}).get("default") == "scripted-model"
+    model = config.get("model")
+    if not homes.model_configured(config, env) or (
+        isinstance(model, dict) and model.get("default") == "scripted-model"
     ):
         model_proc, base_url = _start_scripted_model(home)
         config["model"] = {
@@ -118,15 +119,20 @@ def cmd_up(args: argparse.Namespace) -> int:
         print(
             "Point Hermes at a real model with `hermes model` or by editing", home / "config.yaml"
         )
-    extra = {"host": args.host, "port": args.port}
-    homes.enable_plugin(config, extra)
+    # Keep the listen address setup wrote unless one is given here.
+    extra = {"host": "127.0.0.1", "port": 8790, **android_extra(config)}
+    if args.host is not None:
+        extra["host"] = args.host
+    if args.port is not None:
+        extra["port"] = args.port
+    homes.enable_plugin(config, {"host": extra["host"], "port": extra["port"]})
     homes.write_config(home, config)
     if not (os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")):
         homes.set_env(home, {"ANDROID_TOKEN": homes.new_token()})
         print("Generated a pairing token in", home / ".env")
     cmd_pair(
         argparse.Namespace(
-            home=str(home), public_host=None, name="Hermes", png=None, svg=None, quiet=args.no_qr
+            home=str(home), public_host=None, name=None, png=None, svg=None, quiet=args.no_qr
         )
     )
     print(f"Chat from this terminal: {_python_bin('hdgctl')} chat --home {home}")
@@ -154,8 +160,22 @@ def cmd_chat(args: argparse.Namespace) -> int:
     else:
         pairing = _pairing(Path(args.home))
         url, token = args.url or pairing.ws_url(), args.token or pairing.token
+    context = None
+    if url.startswith("wss://"):
+        # The edge's own certificate is trusted (pinned), as for hdgctl devices / token.
+        cert = homes.read_env(Path(args.home)).get("ANDROID_WS_CERT") or os.environ.get(
+            "ANDROID_WS_CERT"
+        )
+        context = ops.tls_context(Path(cert) if cert else None, insecure=False)
     return asyncio.run(
-        run_chat(url, token, chat_id=args.chat_id, once=args.once, device_id=args.device_id)
+        run_chat(
+            url,
+            token,
+            chat_id=args.chat_id,
+            once=args.once,
+            device_id=args.device_id,
+            ssl=context,
+        )
     )
 
 
@@ -171,15 +191,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="configure the plugin in a Hermes home and run `hermes gateway run` (embedded mode)",
     )
     up.add_argument("--home", default=default_home)
-    up.add_argument("--host", default=os.environ.get("ANDROID_WS_HOST", "127.0.0.1"))
-    up.add_argument("--port", type=int, default=int(os.environ.get("ANDROID_WS_PORT", "8790")))
+    up.add_argument("--host", help="listen address (default: the home's, else 127.0.0.1)")
+    up.add_argument("--port", type=int, help="listen port (default: the home's, else 8790)")
     up.add_argument("--no-qr", action="store_true")
     up.set_defaults(func=cmd_up)
 
     pair = sub.add_parser("pair", help="print the pairing QR code and URI (optionally as PNG/SVG)")
     pair.add_argument("--home", default=default_home)
     pair.add_argument("--public-host", help="host name or address the phone should dial")
-    pair.add_argument("--name", default="Hermes")
+    pair.add_argument("--name", help="server name shown in the app (default: setup's)")
     pair.add_argument("--png")
     pair.add_argument("--svg")
     pair.add_argument("--quiet", action="store_true")
@@ -199,7 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except (SettingsError, SetupError, homes.HomeError) as exc:  # a bad setting: say which
+        print(f"hdgctl {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl as ssl_module
 import sys
 import uuid
 from typing import Any, TextIO
@@ -59,8 +60,9 @@ async def run_chat(
     once: str | None,
     device_id: str | None,
     out: TextIO = sys.stdout,
+    ssl: ssl_module.SSLContext | None = None,
 ) -> int:
-    client = await DeviceClient(url).connect()
+    client = await DeviceClient(url, ssl=ssl).connect()
     device = device_id or f"terminal-{socket.gethostname()}"
     ack = await client.hello_iris(token, device, device_name="hdgctl chat")
     if ack.get("type") != "hello.ack":

@@ -75,7 +75,7 @@ def _as_fields(dotenv: dict[str, str]) -> dict[str, str]:
     return {by_env[key]: value for key, value in dotenv.items() if key in by_env}
 
 
-def _tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
+def tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
     if insecure:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -94,6 +94,13 @@ def _tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
 def resolve_target(
     home: Path, url: str | None = None, *, insecure: bool = False, token: str | None = None
 ) -> Target:
+    # The token, certificate and admin token the running gateway has: its .env wins over
+    # a (stale) ANDROID_TOKEN in this shell, as when Hermes loads it.
+    with homes.hermes_environment(home):
+        return _resolve_target(home, url, insecure=insecure, token=token)
+
+
+def _resolve_target(home: Path, url: str | None, *, insecure: bool, token: str | None) -> Target:
     settings = home_settings(home)
     pairing_token = token or settings.token_value()
     if not pairing_token:
@@ -107,10 +114,12 @@ def resolve_target(
         )
     tls = settings.ws_cert is not None and settings.ws_key is not None
     if url is None:
-        host = settings.ws_host if settings.ws_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        # A wildcard listen address is reached over loopback; `::` is IPv6 only.
+        loopback = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+        host = loopback.get(settings.ws_host, settings.ws_host)
         host = f"[{host}]" if ":" in host else host
         url = f"{'wss' if tls else 'ws'}://{host}:{settings.ws_port}/ws"
-    context = _tls_context(settings.ws_cert, insecure) if url.startswith("wss://") else None
+    context = tls_context(settings.ws_cert, insecure) if url.startswith("wss://") else None
     return Target(url, pairing_token, admin_token, context, home)
 
 
@@ -158,7 +167,11 @@ class AdminSession:
 # -- commands
 def cmd_setup(args: argparse.Namespace) -> int:
     home = Path(args.home)
-    defaults, _ = current_choices(home)
+    try:
+        defaults, _ = current_choices(home)
+    except homes.HomeError as exc:
+        print(f"setup: {exc}", file=sys.stderr)
+        return 2
     choices = SetupChoices(
         token=args.token,
         host=args.host or defaults.host,
@@ -176,8 +189,11 @@ def cmd_setup(args: argparse.Namespace) -> int:
     )
     try:
         outcome = apply_setup(home, choices)
-    except SetupError as exc:
+    except (SetupError, homes.HomeError) as exc:
         print(f"setup: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a home that cannot be created or written
+        print(f"setup: cannot write the Hermes home {home}: {exc}", file=sys.stderr)
         return 2
     print(f"Token: {outcome.token_source}. Wrote {home / '.env'} and {home / 'config.yaml'}.")
     show_pairing(outcome, qr=not args.no_qr)

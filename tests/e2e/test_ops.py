@@ -19,7 +19,9 @@ from typing import Any
 
 from canonical.client import DeviceClient
 from edge.errors import CLOSE_GOING_AWAY, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
-from hdgctl.ops import devices_revoke, resolve_target, token_rotate
+from gateway_plugin.setup_flow import home_pairing
+from hdgctl.ops import devices_list, devices_revoke, resolve_target, token_rotate
+from hdgctl.pairing import parse_pairing
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import iris_send
 from tests.harness.hermes_home import HermesHome
@@ -152,6 +154,72 @@ async def test_hdgctl_token_rotate_closes_old_token_sockets_and_the_new_token_wo
     refused = await stale.hello_iris(deployment.token, "phone-2")
     assert refused["error"]["code"] == "unauthorized"
     await deployment.close_clients()
+
+
+async def test_hdgctl_uses_the_homes_token_over_a_stale_one_in_the_shell_as_hermes_does(
+    hermes_home_factory: Callable[..., HermesHome],
+    gateway_factory: Callable[..., HermesGateway],
+) -> None:
+    # Hermes loads the home's .env over the shell's variables: the gateway runs with the
+    # .env token even when the shell that started it exports another one.
+    token, stale = "home-token-" + "h" * 30, "stale-shell-token-" + "s" * 30
+    port = free_port()
+    home = hermes_home_factory(secrets={"ANDROID_TOKEN": token})
+    home.update_config({"gateway": {"platforms": {"android": {"extra": {"port": port}}}}})
+    gateway_factory(home, env={"ANDROID_TOKEN": stale})
+    shell = scrubbed_environ({**home.process_env(), "ANDROID_TOKEN": stale})
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*HDGCTL, *args, "--home", str(home.path)],
+            env=shell,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    listed = await asyncio.to_thread(cli, "devices", "list")
+    assert listed.returncode == 0, listed.stderr
+    paired = await asyncio.to_thread(cli, "pair", "--quiet")
+    uri = next(line for line in paired.stdout.splitlines() if line.startswith("pairing URI:"))
+    assert parse_pairing(uri.split()[-1]).token == token
+    phone = await DeviceClient(f"ws://127.0.0.1:{port}/ws").connect()
+    try:
+        assert (await phone.hello_iris(token, "phone-1"))["type"] == "hello.ack"
+    finally:
+        await phone.close()
+
+
+async def test_on_an_ipv6_only_listener_the_code_chat_and_admin_commands_connect(
+    hermes_home_factory: Callable[..., HermesHome],
+    gateway_factory: Callable[..., HermesGateway],
+) -> None:
+    token, port = "ipv6-token-" + "v" * 30, free_port()
+    home = hermes_home_factory(
+        secrets={"ANDROID_TOKEN": token}, android_extra={"host": "::", "port": port}
+    )
+    gateway_factory(home)
+    shown = home_pairing(home.path)
+    phone = await DeviceClient(shown.ws_url()).connect()
+    try:
+        assert (await phone.hello_iris(token, "v6-phone"))["type"] == "hello.ack"
+    finally:
+        await phone.close()
+    target = resolve_target(home.path)
+    assert target.url == f"ws://[::1]:{port}/ws"
+    assert "v6-phone" in {d["device_id"] for d in await devices_list(target)}
+    chat = await asyncio.to_thread(
+        subprocess.run,
+        [*HDGCTL, "chat", "--home", str(home.path), "--once", "hi"],
+        env=scrubbed_environ(home.process_env()),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert "(run completed)" in chat.stdout
 
 
 async def test_a_rotation_in_scaled_mode_closes_sockets_on_every_edge(

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +20,7 @@ from tests.e2e.conftest import Deployment
 from tests.e2e.flows import iris_send
 from tests.harness.certs import self_signed
 from tests.harness.hermes_home import HermesHome
-from tests.harness.processes import HermesGateway, free_port
+from tests.harness.processes import HermesGateway, free_port, scrubbed_environ
 
 
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
@@ -71,6 +74,19 @@ async def test_a_device_pairs_and_chats_over_wss_with_a_self_signed_certificate(
     assert target.url == f"wss://127.0.0.1:{port}/ws"
     devices = await devices_list(target)
     assert "tls-phone" in {d["device_id"] for d in devices}
+
+    # So does `hdgctl chat`, the README's terminal device.
+    chat = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "hdgctl", "chat", "--home", str(home.path), "--once", "hi"],
+        env=scrubbed_environ(home.process_env()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert f"connected to wss://127.0.0.1:{port}/ws" in chat.stdout
+    assert "(run completed)" in chat.stdout
 
 
 @pytest.fixture

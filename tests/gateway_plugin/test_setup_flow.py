@@ -196,3 +196,43 @@ def test_hermes_gets_the_flow_as_the_platforms_setup_fn(
     monkeypatch.setattr("getpass.getpass", lambda prompt="": "")
     registered["setup_fn"]()  # Hermes calls it with no arguments
     assert len(read_env(tmp_path)["ANDROID_TOKEN"]) >= MIN_TOKEN_CHARS
+
+
+def test_running_it_again_keeps_the_proxy_port_tls_and_name_it_does_not_ask_about(
+    tmp_path: Path,
+) -> None:
+    from hdgctl.__main__ import main
+
+    proxy = ["--public-host", "gw.example.org", "--public-port", "443", "--public-tls"]
+    assert main(["setup", "--home", str(tmp_path), "--name", "Home", "--no-qr", *proxy]) == 0
+    terminal = Terminal(["", *DEFAULTS])  # keep the token, accept every default
+    run(tmp_path, terminal)
+    pairing = parse_pairing(terminal.line("Pairing URI:"))
+    assert (pairing.host, pairing.port, pairing.tls, pairing.name) == (
+        "gw.example.org",
+        443,
+        True,
+        "Home",
+    )
+
+
+def test_turning_tls_off_removes_the_certificate_so_the_edge_serves_what_the_code_says(
+    tmp_path: Path,
+) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("cert", encoding="utf-8")
+    key.write_text("key", encoding="utf-8")
+    home = tmp_path / "home"
+    run(home, Terminal(["", "", "y", str(cert), str(key), "", ""], secrets=[""]))
+    terminal = Terminal(["", "", "", "n", "", ""])  # keep the token; TLS: no
+    run(home, terminal)
+    env = read_env(home)
+    assert "ANDROID_WS_CERT" not in env and "ANDROID_WS_KEY" not in env
+    assert parse_pairing(terminal.line("Pairing URI:")).tls is False
+    assert terminal.line("App URL:").startswith("ws://")
+
+
+def test_a_home_that_cannot_be_created_stops_the_flow_with_a_message() -> None:
+    terminal = Terminal(DEFAULTS, secrets=[""])
+    assert run(Path("/proc/no-such-hermes-home"), terminal) is None
+    assert "cannot write the Hermes home /proc/no-such-hermes-home" in terminal.text
