@@ -110,6 +110,10 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self.reader = CommandReader(self)
         self._orphans: dict[Lane, Json] = {}
+        # Runs Hermes started by itself (no device asked), not shown yet: such a run opens
+        # with the first event it produces. Hermes also runs its processing hooks for
+        # events that produce nothing (its start-up resume does, twice): no empty runs.
+        self._unannounced: dict[str, list[Json]] = {}
         self._seen_head = self.outbox.head()
         self.pending_titles = PendingTitles()
         self._background: set[asyncio.Task[None]] = set()
@@ -213,10 +217,33 @@ class Controller:
         """Sequence events in the outbox, then ring the doorbell (in cursor order)."""
         if not events:
             return []
+        if self._unannounced:
+            events = self._announce(events)
         stored = self.outbox.append_encoded(events)
         sequenced = [event for event, _ in stored]
         self._ring(sequenced, [body.encode() for _, body in stored])
         return sequenced
+
+    def _announce(self, events: list[Json]) -> list[Json]:
+        """Open the unannounced runs these events belong to, ahead of them."""
+        out: list[Json] = []
+        for event in events:
+            opening = self._unannounced.pop(str(event.get("run_id")), None)
+            if opening is not None:
+                run = opening[0]
+                self.outbox.record_send(
+                    None,
+                    {},
+                    [],
+                    {
+                        "run_id": run["run_id"],
+                        "lane": run["lane"],
+                        "conversation_id": run["conversation_id"],
+                    },
+                )
+                out.extend(opening)
+            out.append(event)
+        return out
 
     def publish(self, sequenced: list[Json]) -> None:
         self._ring(sequenced, [dumps(event).encode() for event in sequenced])
@@ -392,15 +419,10 @@ class Controller:
             )
             return
         if self.turns.active(lane) is None:
-            # Hermes started a turn we did not submit (startup resume, background work).
+            # Hermes started a turn we did not submit (startup resume, background work):
+            # shown once it produces something (_announce).
             run, events = self.turns.accept(lane, self.conversation_id(lane), implicit=True)
-            self.outbox.record_send(
-                None,
-                {},
-                [],
-                {"run_id": run.run_id, "lane": list(lane), "conversation_id": run.conversation_id},
-            )
-            self.emit(events)
+            self._unannounced[run.run_id] = events
 
     def on_processing_complete(self, lane: Lane, run_id: str | None, outcome: str) -> None:
         run = self.turns.active(lane)
@@ -412,6 +434,11 @@ class Controller:
         error = None
         if status == "failed":
             error = "the agent could not complete this turn"
+        if self._unannounced.pop(run.run_id, None) is not None:
+            # Nothing came of it: no run to show.
+            self.turns.finish(lane, status, error, None)
+            self.desk.expire_lane(lane)
+            return
         reasoning = self.transcript.reasoning_since(lane, run.started)
         finished = self.emit(self.turns.finish(lane, status, error, reasoning))
         self._maybe_title(lane, finished)
