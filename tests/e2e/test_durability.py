@@ -376,3 +376,30 @@ async def test_after_an_embedded_gateway_restart_mid_turn_hermes_resume_shows_no
             "embedded restart mid-turn", phone.frames + back.frames, deployment.home.path, after
         )
     )
+
+
+async def test_after_an_embedded_gateway_crash_mid_turn_hermes_resume_continues_the_same_run(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    port = deployment.ws_urls[0].rsplit(":", 1)[1]
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[long] a long story", "c-crash")
+    await phone.wait_type("message.update", timeout=60)
+    deployment.gateway.kill9()
+    await phone.wait_closed()
+    # Hermes resumes the turn the crash interrupted, during its start-up restore.
+    deployment.gateway.restart(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"))
+    back = await deployment.iris("phone", cursor=phone.last_cursor)
+    finished = await back.wait_type("run.finished", timeout=90)
+    assert finished["run_id"] == ack["run_id"], back.frames
+    assert finished["status"] == "completed", finished
+    reply = next(f for f in back.frames if f["type"] == "message" and f["run_id"] == ack["run_id"])
+    assert reply["text"], reply
+    assert not [f for f in back.frames if f["type"] == "run.started"], back.frames
+    _assert_clean(
+        check_delivery(
+            "embedded crash mid-turn", phone.frames + back.frames, deployment.home.path, after
+        )
+    )
