@@ -110,6 +110,12 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self.reader = CommandReader(self)
         self._orphans: dict[Lane, Json] = {}
+        # Runs Hermes started by itself (no device asked), not shown yet: such a run opens
+        # with the first event it produces. Hermes also runs its processing hooks for
+        # events that produce nothing (its start-up resume does, twice): no empty runs.
+        self._unannounced: dict[str, list[Json]] = {}
+        # Orphans a lane took up, until they produce something (on_processing_start).
+        self._adopting: dict[str, Json] = {}
         self._seen_head = self.outbox.head()
         self.pending_titles = PendingTitles()
         self._background: set[asyncio.Task[None]] = set()
@@ -126,6 +132,9 @@ class Controller:
         # (otherwise the next ack or push sets it).
         self.background(asyncio.create_task(self.push.sync_acks(), name="hdg-push-acks"))
         self.running = True
+        # Runs the previous process never finished, known before Hermes' start-up restore
+        # resumes their turns (it does so before the command reader may start).
+        self.close_stale_runs()
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor. Awaited here, before connect()
         # returns, so it can never hit a device that connects to this new process.
@@ -213,10 +222,36 @@ class Controller:
         """Sequence events in the outbox, then ring the doorbell (in cursor order)."""
         if not events:
             return []
+        if self._unannounced:
+            events = self._announce(events)
+        if self._adopting:
+            for event in events:
+                self._adopting.pop(str(event.get("run_id")), None)
         stored = self.outbox.append_encoded(events)
         sequenced = [event for event, _ in stored]
         self._ring(sequenced, [body.encode() for _, body in stored])
         return sequenced
+
+    def _announce(self, events: list[Json]) -> list[Json]:
+        """Open the unannounced runs these events belong to, ahead of them."""
+        out: list[Json] = []
+        for event in events:
+            opening = self._unannounced.pop(str(event.get("run_id")), None)
+            if opening is not None:
+                run = opening[0]
+                self.outbox.record_send(
+                    None,
+                    {},
+                    [],
+                    {
+                        "run_id": run["run_id"],
+                        "lane": run["lane"],
+                        "conversation_id": run["conversation_id"],
+                    },
+                )
+                out.extend(opening)
+            out.append(event)
+        return out
 
     def publish(self, sequenced: list[Json]) -> None:
         self._ring(sequenced, [dumps(event).encode() for event in sequenced])
@@ -348,6 +383,9 @@ class Controller:
         stale = self._orphans.get(lane)
         if stale is None or stale["run_id"] != run_id or not self.running:
             return
+        active = self.turns.active(lane)
+        if active is not None and active.run_id == run_id:
+            return  # carried on by a command reclaimed after the restart
         del self._orphans[lane]
         message_id = f"draft-{run_id}"
         base = {"lane": list(lane), "conversation_id": stale["conversation_id"], "run_id": run_id}
@@ -390,17 +428,15 @@ class Controller:
             self.turns.accept(
                 lane, orphan["conversation_id"], run_id=orphan["run_id"], implicit=True
             )
+            # Until it produces something: Hermes also runs these hooks for events that
+            # produce nothing, and such a call gives the run back to wait for its turn.
+            self._adopting[orphan["run_id"]] = orphan
             return
         if self.turns.active(lane) is None:
-            # Hermes started a turn we did not submit (startup resume, background work).
+            # Hermes started a turn we did not submit (startup resume, background work):
+            # shown once it produces something (_announce).
             run, events = self.turns.accept(lane, self.conversation_id(lane), implicit=True)
-            self.outbox.record_send(
-                None,
-                {},
-                [],
-                {"run_id": run.run_id, "lane": list(lane), "conversation_id": run.conversation_id},
-            )
-            self.emit(events)
+            self._unannounced[run.run_id] = events
 
     def on_processing_complete(self, lane: Lane, run_id: str | None, outcome: str) -> None:
         run = self.turns.active(lane)
@@ -412,6 +448,17 @@ class Controller:
         error = None
         if status == "failed":
             error = "the agent could not complete this turn"
+        if self._unannounced.pop(run.run_id, None) is not None:
+            # Nothing came of it: no run to show.
+            self.turns.finish(lane, status, error, None)
+            self.desk.expire_lane(lane)
+            return
+        orphan = self._adopting.pop(run.run_id, None)
+        if orphan is not None:
+            # Nothing came of it: the run waits on for the turn that resumes it.
+            self.turns.finish(lane, status, error, None)
+            self._orphans[lane] = orphan
+            return
         reasoning = self.transcript.reasoning_since(lane, run.started)
         finished = self.emit(self.turns.finish(lane, status, error, reasoning))
         self._maybe_title(lane, finished)

@@ -22,7 +22,9 @@ Lane = tuple[str, str | None]
 _CURSOR_RE = re.compile(r"\s*▉\s*$")
 # "💻 terminal", "🔍 web_search: \"cats\"", "⚙️ tool(...)", "💬 thinking…"
 _PROGRESS_RE = re.compile(r"^[^\w\s`\"'(\[*#>-]{1,4}\s+([A-Za-z_][\w.-]*)(\.\.\.|:|\(|\s*$|\n)")
-_NOTICE_PREFIXES = ("⚡", "📬")
+# "⚡ Stopped…", "📬 …", and the warning Hermes sends every active chat as it stops or
+# restarts ("⚠️ Gateway shutting down — …"), mid-turn: never part of the reply's text.
+_NOTICE_PREFIXES = ("⚡", "📬", "⚠️ Gateway ")
 
 
 def strip_cursor(text: str) -> str:

@@ -14,7 +14,7 @@ from edge.errors import CLOSE_UNAVAILABLE
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation
 from tests.e2e.outbox_check import check_delivery, outbox_events
-from tests.harness.processes import RedisServer
+from tests.harness.processes import RedisServer, http_ok
 
 Json = dict
 
@@ -340,3 +340,66 @@ async def test_while_redis_is_frozen_devices_get_unavailable_and_all_recovers_on
     assert phone.closed_code is None
     tablet = await deployment.iris("tablet")  # and a new device connects again
     assert tablet.closed_code is None
+
+
+async def test_after_an_embedded_gateway_restart_mid_turn_hermes_resume_shows_no_empty_runs(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    port = deployment.ws_urls[0].rsplit(":", 1)[1]
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[verylong] a very long story", "c-resume")
+    await phone.wait_type("message.update", timeout=60)
+    deployment.gateway.stop()
+    await phone.wait_closed()  # read what the stopping gateway sent: its cursor moves on
+    # Hermes resumes the turn its stop interrupted; on its way it runs its processing
+    # hooks for events that produce nothing.
+    deployment.gateway.restart(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"))
+    back = await deployment.iris("phone", cursor=phone.last_cursor)
+    resumed = await back.wait_for(
+        lambda f: (
+            f["type"] == "message"
+            and f.get("kind") == "reply"
+            and f.get("text")
+            and f["run_id"] != ack["run_id"]
+        ),
+        timeout=90,
+    )
+    await back.wait_type("run.finished", timeout=60, run_id=resumed["run_id"])
+    replies = [f for f in back.frames if f["type"] == "message" and f.get("role") == "assistant"]
+    assert all(reply["text"] for reply in replies), replies
+    started = {f["run_id"] for f in back.frames if f["type"] == "run.started"}
+    assert started == {resumed["run_id"]}, back.frames
+    _assert_clean(
+        check_delivery(
+            "embedded restart mid-turn", phone.frames + back.frames, deployment.home.path, after
+        )
+    )
+
+
+async def test_after_an_embedded_gateway_crash_mid_turn_hermes_resume_continues_the_same_run(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    port = deployment.ws_urls[0].rsplit(":", 1)[1]
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[long] a long story", "c-crash")
+    await phone.wait_type("message.update", timeout=60)
+    deployment.gateway.kill9()
+    await phone.wait_closed()
+    # Hermes resumes the turn the crash interrupted, during its start-up restore.
+    deployment.gateway.restart(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"))
+    back = await deployment.iris("phone", cursor=phone.last_cursor)
+    finished = await back.wait_type("run.finished", timeout=90)
+    assert finished["run_id"] == ack["run_id"], back.frames
+    assert finished["status"] == "completed", finished
+    reply = next(f for f in back.frames if f["type"] == "message" and f["run_id"] == ack["run_id"])
+    assert reply["text"], reply
+    assert not [f for f in back.frames if f["type"] == "run.started"], back.frames
+    _assert_clean(
+        check_delivery(
+            "embedded crash mid-turn", phone.frames + back.frames, deployment.home.path, after
+        )
+    )

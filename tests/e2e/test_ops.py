@@ -380,6 +380,40 @@ async def test_stopping_the_gateway_closes_embedded_devices_with_1001(
     await deployment.close_clients()
 
 
+async def test_stopping_the_gateway_mid_turn_keeps_its_shutdown_notice_out_of_the_reply(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    phone = await deployment.iris("phone")
+    await phone.send(
+        {
+            "type": "message.send",
+            "chat_id": "android:default",
+            "text": "[verylong] a very long story",
+            "client_id": "c-stop",
+        }
+    )
+    ack = await phone.wait_type("message.ack", timeout=30)
+    await phone.wait_type("message.update", timeout=60)
+    deployment.gateway.process.send_signal(signal.SIGINT)
+    assert await _closed_with(phone) == CLOSE_GOING_AWAY
+    # Hermes warns the chat, interrupts the turn, and only then disconnects the platform.
+    finished = [
+        f for f in phone.frames if f["type"] == "run.finished" and f["run_id"] == ack["run_id"]
+    ]
+    assert len(finished) == 1, phone.frames
+    messages = [f for f in phone.frames if f["type"] == "message" and f["role"] == "assistant"]
+    reply = next(m for m in messages if m["kind"] == "reply" and m["run_id"] == ack["run_id"])
+    assert "Gateway shutting down" not in reply["text"]
+    updates = [f["text"] for f in phone.frames if f["type"] == "message.update"]
+    assert not any("Gateway shutting down" in text for text in updates)
+    notices = [m for m in messages if m["kind"] == "notice"]
+    assert [n["text"] for n in notices] == [
+        "⚠️ Gateway shutting down — Your current task will be interrupted."
+    ]
+    await deployment.close_clients()
+
+
 async def test_a_busy_port_fails_the_platform_with_bind_failed(
     hermes_home_factory: Callable[..., HermesHome],
     gateway_factory: Callable[..., HermesGateway],

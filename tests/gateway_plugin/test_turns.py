@@ -46,7 +46,13 @@ def test_a_thinking_send_is_progress() -> None:
 
 
 @pytest.mark.parametrize(
-    "content", ["⚡ Gateway restarting — your run was interrupted", "📬 You have 2 queued messages"]
+    "content",
+    [
+        "⚡ Gateway restarting — your run was interrupted",
+        "📬 You have 2 queued messages",
+        "⚠️ Gateway shutting down — Your current task will be interrupted.",
+        "⚠️ Gateway restarting — Your current task will be interrupted. Send any message after",
+    ],
 )
 def test_gateway_notices_are_notices(content: str) -> None:
     assert classify(content, None, TOOLS) == "notice"
