@@ -108,15 +108,7 @@ def _sweep_dir(path: str, cutoff: float, report: SweepReport, depth: int = 1) ->
             if info.st_mtime < cutoff:
                 _remove_empty_dir(entry.path, report)
         elif info.st_mtime < cutoff:
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                report.errors.append(f"{entry.path}: {exc.strerror}")
-                continue
-            report.files_deleted += 1
-            report.bytes_deleted += info.st_size
+            _delete_file(entry.path, info.st_size, report)
 
 
 def _sweep_temporaries(path: str, cutoff: float, report: SweepReport) -> None:
@@ -130,16 +122,25 @@ def _sweep_temporaries(path: str, cutoff: float, report: SweepReport) -> None:
             continue
         try:
             info = entry.stat(follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode) or info.st_mtime >= cutoff:
-                continue
-            os.unlink(entry.path)
         except FileNotFoundError:
             continue
         except OSError as exc:
             report.errors.append(f"{entry.path}: {exc.strerror}")
             continue
-        report.files_deleted += 1
-        report.bytes_deleted += info.st_size
+        if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+            _delete_file(entry.path, info.st_size, report)
+
+
+def _delete_file(path: str, size: int, report: SweepReport) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return  # gone meanwhile: nothing to count
+    except OSError as exc:
+        report.errors.append(f"{path}: {exc.strerror}")
+        return
+    report.files_deleted += 1
+    report.bytes_deleted += size
 
 
 def _remove_empty_dir(path: str, report: SweepReport) -> None:
