@@ -14,12 +14,11 @@ from prometheus_client import REGISTRY, generate_latest
 
 from canonical.bus import token_digest
 from canonical.memory_bus import MemoryBus
-from canonical.settings import load_settings
 from edge.dialects.iris import IrisDialect
 from edge.errors import FrameRejected
 from gateway_plugin import admin
 from gateway_plugin.controller import Controller
-from tests.gateway_plugin.agents import IdleAgent
+from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
 Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
@@ -99,20 +98,9 @@ async def _tick() -> None:
 
 @pytest.fixture
 async def rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[_Rig]:
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    plugin_environment(monkeypatch, TOKEN)
     bus = MemoryBus()
-    settings = load_settings({"token": TOKEN})
-    controller = Controller(
-        settings,
-        bus,
-        tenant=TENANT,
-        token=TOKEN,
-        data_dir=tmp_path / "android",
-        state_db=tmp_path / "state.db",
-        agent=IdleAgent(),
-    )
+    controller = new_controller(bus, tmp_path, tenant=TENANT, token=TOKEN)
     await controller.start()
     r = _Rig(controller, bus)
     sub = bus.subscription("e1", r.on_bus)

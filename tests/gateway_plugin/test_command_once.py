@@ -16,7 +16,6 @@ import redis.asyncio as aioredis
 
 from canonical.bus import CONSUMER_GROUP, Subscription, command_stream
 from canonical.redis_bus import RedisBus
-from canonical.settings import load_settings
 from gateway_plugin.command_once import (
     CLOCK_MARGIN_S,
     entry_time,
@@ -25,6 +24,8 @@ from gateway_plugin.command_once import (
     replies_to_keep,
 )
 from gateway_plugin.controller import Controller
+from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
+from tests.gateway_plugin.test_controller_output import _command
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.processes import RedisServer
 
@@ -71,16 +72,7 @@ class _Edge:
             self.replies.append(json.loads(payload))
 
     async def submit(self, cmd: str, request_id: str, **args: Any) -> None:
-        command = {
-            "cmd": cmd,
-            "edge": "e1",
-            "conn": f"c-{request_id}",
-            "dialect": "iris",
-            "device_id": "phone",
-            "request_id": request_id,
-            "args": args,
-        }
-        await self.bus.submit(TENANT, command)
+        await self.bus.submit(TENANT, _command(cmd, request_id, **args))
 
     async def close(self) -> None:
         if self.subscription is not None:
@@ -97,21 +89,13 @@ async def start_plugin(
 ) -> AsyncIterator[PluginFactory]:
     """`start_plugin(url, agent, **settings)`: a plugin on the same files each time (a
     restart is stopping one and starting the next)."""
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    plugin_environment(monkeypatch, TOKEN)
     running: list[tuple[Controller, RedisBus]] = []
 
     async def start(url: str, agent: _Agent | None = None, **settings: Any) -> Controller:
         bus = RedisBus(url)
-        controller = Controller(
-            load_settings({"token": TOKEN, **settings}),
-            bus,
-            tenant=TENANT,
-            token=TOKEN,
-            data_dir=tmp_path / "android",
-            state_db=tmp_path / "state.db",
-            agent=agent or _Agent(),  # type: ignore[arg-type]
+        controller = new_controller(
+            bus, tmp_path, tenant=TENANT, token=TOKEN, agent=agent or _Agent(), **settings
         )
         await controller.start()
         running.append((controller, bus))

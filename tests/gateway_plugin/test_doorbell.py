@@ -17,9 +17,7 @@ import pytest
 from canonical.errors import BusUnavailable
 from canonical.redis_bus import RedisBus
 from canonical.redis_timeouts import RedisTimeouts
-from canonical.settings import load_settings
-from gateway_plugin.controller import Controller
-from tests.gateway_plugin.agents import IdleAgent
+from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 from tests.harness.partition import PartitionableRelay
 from tests.harness.processes import RedisServer
 
@@ -43,24 +41,6 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"  # the Redis server is shared
 
 
-def _plugin_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
-
-
-def _controller(bus: RedisBus, tenant: str, tmp_path: Path) -> Controller:
-    return Controller(
-        load_settings({"token": TOKEN}),
-        bus,
-        tenant=tenant,
-        token=TOKEN,
-        data_dir=tmp_path / "android",
-        state_db=tmp_path / "state.db",
-        agent=IdleAgent(),  # type: ignore[arg-type]
-    )
-
-
 def _resyncs(events: list[Json]) -> int:
     return sum(1 for e in events if e.get("type") == "_control" and e.get("action") == "resync")
 
@@ -78,7 +58,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
 ) -> None:
     """The plugin's link to Redis loses everything for a while (the edges' do not): the
     events it sequenced meanwhile never reached Redis, and only the plugin knows."""
-    _plugin_environment(monkeypatch)
+    plugin_environment(monkeypatch, TOKEN)
     link = await PartitionableRelay(redis_server.host, redis_server.port).start()
     events: list[Json] = []
     reconnects: list[None] = []
@@ -90,7 +70,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
     )
     tenant = unique(TENANT)
     plugin_bus = RedisBus(link.url(), PLUGIN)
-    controller = _controller(plugin_bus, tenant, tmp_path)
+    controller = new_controller(plugin_bus, tmp_path, tenant=tenant, token=TOKEN)
     try:
         await subscription.start()
         await subscription.add_tenant(tenant)
@@ -130,7 +110,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
 ) -> None:
     """An error reply to PUBLISH (here an ACL; in life also out-of-memory) is not a lost
     connection: the publisher must survive it, and the events after it still go out live."""
-    _plugin_environment(monkeypatch)
+    plugin_environment(monkeypatch, TOKEN)
     user = unique("plugin")
     admin = RedisBus(redis_server.url)
     await admin.mux.execute("ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all")
@@ -143,7 +123,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
     )
     tenant = unique(TENANT)
     plugin_bus = RedisBus(f"redis://{user}:secret@{redis_server.host}:{redis_server.port}/0")
-    controller = _controller(plugin_bus, tenant, tmp_path)
+    controller = new_controller(plugin_bus, tmp_path, tenant=tenant, token=TOKEN)
     try:
         await subscription.start()
         await subscription.add_tenant(tenant)

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from canonical.memory_bus import MemoryBus
-from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
-from tests.gateway_plugin.agents import IdleAgent
+from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
 Json = dict[str, Any]
 TOKEN = "pairing-token-" + "h" * 30
@@ -82,21 +81,13 @@ def hello(device_id: str, conn: str | None = None, **args: Any) -> Json:
 
 @pytest.fixture
 def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("ANDROID_TOKEN", TOKEN)
+    plugin_environment(monkeypatch, TOKEN)
     opened: list[Controller] = []
 
     async def make(agent: Any = None, **settings: Any) -> _Rig:
         bus = MemoryBus()
-        controller = Controller(
-            load_settings({"token": TOKEN, **settings}),
-            bus,
-            tenant=TENANT,
-            token=TOKEN,
-            data_dir=tmp_path / "android",
-            state_db=tmp_path / "state.db",
-            agent=agent or IdleAgent(),  # type: ignore[arg-type]
+        controller = new_controller(
+            bus, tmp_path, tenant=TENANT, token=TOKEN, agent=agent, **settings
         )
         rig = _Rig(controller, bus)
         sub = bus.subscription("e1", rig.on_bus)

@@ -22,7 +22,7 @@ from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
 from gateway_plugin.jobs import JobQueue
-from tests.gateway_plugin.agents import IdleAgent
+from tests.gateway_plugin.plugin_parts import new_controller
 from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
 from workers.config import load_config
@@ -141,15 +141,9 @@ async def make_rig(tmp_path: Path, fcm_account: Path) -> AsyncIterator[Callable[
 
     async def make(bus: Bus | None = None, **settings: Any) -> _Rig:
         bus = bus or MemoryBus()
-        extra = {"token": TOKEN, "push_backend": "fcm", "fcm_service_account": str(fcm_account)}
-        controller = Controller(
-            load_settings({**extra, **settings}),
-            bus,
-            tenant=TENANT,
-            token=TOKEN,
-            data_dir=tmp_path / "android",
-            state_db=tmp_path / "state.db",
-            agent=IdleAgent(),  # type: ignore[arg-type]
+        extra = {"push_backend": "fcm", "fcm_service_account": str(fcm_account)}
+        controller = new_controller(
+            bus, tmp_path, tenant=TENANT, token=TOKEN, **{**extra, **settings}
         )
         rig = _Rig(controller, bus)
         rig.subscription = bus.subscription("e1", rig.on_bus)
