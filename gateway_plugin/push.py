@@ -131,6 +131,9 @@ class PushScheduler:
         # on (see sync_acks); until then every ack and push tries it again.
         self._acks_synced = False
         self._acks_syncing = asyncio.Lock()
+        # The highest ack this process recorded (or is recording) in the ledger, which only
+        # rises: an ack at or below it (every hello repeats its device's) costs no write.
+        self._acked_mark = -1
 
     def on_published(self, events: list[Json]) -> None:
         if self.submit is None or self.c.settings.push_backend == "none":
@@ -156,8 +159,9 @@ class PushScheduler:
         for pending_cursor, task in list(self.pending.items()):
             if pending_cursor <= cursor:
                 task.cancel()
-        if self.submit is None:
+        if self.submit is None or cursor <= self._acked_mark:
             return
+        self._acked_mark = cursor
         write = asyncio.get_running_loop().create_task(self._note_ack(cursor))
         self._ack_writes.add(write)
         write.add_done_callback(self._ack_writes.discard)
@@ -188,6 +192,8 @@ class PushScheduler:
             await self.c.jobs.note_ack(self.c.tenant, cursor)
         except Exception:  # at worst a push the user has read goes out
             log.warning("could not record an ack for the push workers", exc_info=True)
+            if self._acked_mark == cursor:
+                self._acked_mark = -1  # not recorded: the next ack writes again
 
     async def _schedule(self, event: Json, kind: str, cursor: int) -> None:
         try:

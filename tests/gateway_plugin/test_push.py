@@ -271,6 +271,29 @@ async def test_a_push_waiting_out_a_retry_after_is_dropped_when_the_user_reads_t
     assert fcm.attempts["phone-token"] == 1 and fcm.deliveries("phone-token") == []
 
 
+async def test_only_an_ack_that_moves_the_mark_is_written_to_the_ack_ledger(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[int] = []
+    note_ack = rig.controller.jobs.note_ack
+
+    async def recorded(tenant: str, cursor: int) -> None:
+        written.append(cursor)
+        await note_ack(tenant, cursor)
+
+    monkeypatch.setattr(rig.controller.jobs, "note_ack", recorded)
+    await rig.hello("phone")
+    await rig.hello("laptop")
+    first = rig.reply_event()
+    await rig.command("laptop", "ack", cursor=first)
+    await rig.command("phone", "ack", cursor=first)  # the ledger has it already
+    second = rig.reply_event()
+    await rig.command("phone", "read.receipt", cursor=second)
+    await rig.hello("tablet")  # answered, so the unanswered acks before it were carried out
+    await eventually(lambda: not rig.controller.push._ack_writes, "the ledger writes done")
+    assert written == [first, second]
+
+
 # -- scaled: pushes are arq jobs in Redis ----------------------------------------------------
 
 
