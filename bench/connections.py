@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -136,6 +137,10 @@ async def client_main() -> None:
 
 
 async def plugin_main(redis_url: str) -> None:
+    if os.environ.get("BENCH_CPROFILE_DIR"):  # the plugin's side of every iris hello
+        from bench.cprofile_edge import start_dumping
+
+        start_dumping("plugin")
     pair = tenant_token(0, "conn")
     async with running_controllers(redis_url, [pair]):
 
@@ -148,14 +153,18 @@ async def plugin_main(redis_url: str) -> None:
 # =========================================================================== orchestration
 
 
-def command_calls(redis_url: str) -> dict[str, int]:
-    """Redis' per-command call counters (INFO commandstats), to count commands per set-up."""
+def command_calls(redis_url: str) -> dict[str, tuple[int, int]]:
+    """Redis' per-command counters (INFO commandstats): (calls, µs spent), to count commands
+    and Redis' own time per set-up."""
     client = redis_sync.Redis.from_url(redis_url)
     try:
         stats = client.info("commandstats")
     finally:
         client.close()
-    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {
+        name.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for name, v in stats.items()
+    }
 
 
 async def settle_rss(pids: list[int], seconds: float = 2.0) -> int:
@@ -230,9 +239,18 @@ async def measure_levels(
                     cpu["server_cpu_s"] / max(1, got["connected"]) * 1e6, 1
                 ),
                 "redis_calls_per_setup": {
-                    name: round((n - calls_before.get(name, 0)) / max(1, got["connected"]), 2)
-                    for name, n in sorted(calls.items())
-                    if n > calls_before.get(name, 0)
+                    name: round(
+                        (n - calls_before.get(name, (0, 0))[0]) / max(1, got["connected"]), 2
+                    )
+                    for name, (n, _) in sorted(calls.items())
+                    if n > calls_before.get(name, (0, 0))[0]
+                },
+                "redis_command_us_per_setup": {
+                    name: round(
+                        (us - calls_before.get(name, (0, 0))[1]) / max(1, got["connected"]), 2
+                    )
+                    for name, (n, us) in sorted(calls.items())
+                    if n > calls_before.get(name, (0, 0))[0]
                 },
                 "rss_mib": round(rss / 2**20, 1),
                 "kib_per_connection": round((rss - base_rss) / max(1, have) / 1024, 2),

@@ -5,7 +5,8 @@ counts every call and its own time, at the price of slowing Python code (per-cal
 overhead: compare shares, not absolute figures). The profile is dumped every 2 s to
 ``$BENCH_CPROFILE_DIR/edge-<pid>-<n>.prof`` (cumulative), so the dump right after a
 connection storm shows the storm alone; nothing waits for the edge to exit. Used by
-`bench/procs.py` when ``BENCH_CPROFILE_DIR`` is set.
+`bench/procs.py` when ``BENCH_CPROFILE_DIR`` is set, and by the plugin role of
+`bench/connections.py` (``plugin-<pid>-<n>.prof``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from types import FrameType
 DUMP_EVERY_S = 2.0
 
 
-def main() -> int:
+def start_dumping(prefix: str) -> cProfile.Profile:
+    """Profile this process from now on, dumping to $BENCH_CPROFILE_DIR every 2 s."""
     out = Path(os.environ["BENCH_CPROFILE_DIR"])
     out.mkdir(parents=True, exist_ok=True)
     profile = cProfile.Profile()
@@ -33,7 +35,7 @@ def main() -> int:
         nonlocal dumps
         profile.disable()
         dumps += 1
-        profile.dump_stats(out / f"edge-{os.getpid()}-{dumps:03d}.prof")
+        profile.dump_stats(out / f"{prefix}-{os.getpid()}-{dumps:03d}.prof")
         profile.enable()
 
     signal.signal(signal.SIGUSR2, dump)
@@ -44,11 +46,16 @@ def main() -> int:
             os.kill(os.getpid(), signal.SIGUSR2)
 
     threading.Thread(target=ticker, name="cprofile-dump", daemon=True).start()
+    profile.enable()
+    return profile
+
+
+def main() -> int:
     sys.argv = ["edge"]
     sys.path.insert(0, os.getcwd())  # the code under test (BENCH_CODE_ROOT), as -m would
     from edge.__main__ import main as edge_main
 
-    profile.enable()
+    start_dumping("edge")
     return edge_main()
 
 
