@@ -132,11 +132,11 @@ def detach(controller: Controller) -> None:
 def on_hellos(controller: Controller, commands: list[Json]) -> list[Json | None]:
     """Record the devices (one transaction); per hello, the close body refusing it if its
     device was revoked, else None."""
-    devices = controller.devices.seen_many([_hello_record(command) for command in commands])
+    revoked = controller.devices.record_hellos([_hello_record(command) for command in commands])
     refusals: list[Json | None] = []
     for command in commands:
         device_id = str(command.get("device_id"))
-        if not devices[device_id].revoked:
+        if device_id not in revoked:
             refusals.append(None)
             continue
         HELLO_REFUSED.labels(reason="revoked").inc()
@@ -159,8 +159,8 @@ def _hello_record(command: Json) -> Hello:
     )
 
 
-def observe_command(name: str, known: bool) -> None:
-    COMMANDS.labels(cmd=name if known else "unknown").inc()
+def observe_command(name: str, known: bool, count: int = 1) -> None:
+    COMMANDS.labels(cmd=name if known else "unknown").inc(count)
 
 
 # -- admin frames (CommandHandler.handle)

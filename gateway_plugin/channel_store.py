@@ -14,7 +14,7 @@ import time
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -112,7 +112,9 @@ class ChannelEntry:
     updated: float
 
     def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        # Every field is a scalar: a shallow copy is asdict's result without its recursion
+        # (the channel directory is built for every batch of hellos).
+        return dict(self.__dict__)
 
 
 EntryList = list[ChannelEntry]  # aliases: in ChannelDirectory, `list` is a method

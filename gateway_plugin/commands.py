@@ -132,8 +132,7 @@ class CommandHandler:
 
     async def hello_batch(self, commands: list[Json]) -> None:
         """Consecutive hellos of one stream read, answered together (gateway_plugin.hellos)."""
-        for _ in commands:
-            admin.observe_command("hello", True)
+        admin.observe_command("hello", True, len(commands))
         await hellos.answer(self.c, commands)
 
     async def cmd_sync(self, command: Json, args: Json) -> None:

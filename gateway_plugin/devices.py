@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS devices (
 );
 """
 _COLUMNS = "device_id, name, caps, fcm_token, ntfy_topic, last_seen, created, revoked, revoked_at"
-_UPSERT = f"""
+_UPSERT = """
 INSERT INTO devices (device_id, name, caps, fcm_token, last_seen, created)
 VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT(device_id) DO UPDATE SET
@@ -42,8 +42,8 @@ ON CONFLICT(device_id) DO UPDATE SET
     caps = excluded.caps,
     fcm_token = COALESCE(excluded.fcm_token, devices.fcm_token),
     last_seen = excluded.last_seen
-RETURNING {_COLUMNS}
 """
+_SQL_VARS = 900  # below SQLite's default limit of bound parameters per statement
 
 
 @dataclass(frozen=True)
@@ -132,30 +132,53 @@ class DeviceRegistry:
 
     def seen_many(self, hellos: list[Hello], *, now: float | None = None) -> dict[str, Device]:
         """Record several hellos in one transaction; each device's record after them."""
+        self.record_hellos(hellos, now=now)
+        ids = list(dict.fromkeys(hello.device_id for hello in hellos))
+        with self._lock:
+            rows = self._rows_of(ids, f"SELECT {_COLUMNS} FROM devices WHERE device_id IN")
+        return {str(row[0]): Device.from_row(row) for row in rows}
+
+    def record_hellos(self, hellos: list[Hello], *, now: float | None = None) -> set[str]:
+        """Record several hellos in one transaction (a revoked device stays revoked); the
+        ids among them that are revoked. What a connection storm costs per hello: one
+        upsert, no record read back."""
+        if not hellos:
+            return set()
         at = time.time() if now is None else now
-        devices: dict[str, Device] = {}
+        params = [
+            (
+                hello.device_id,
+                hello.name[:128],
+                json.dumps([str(c) for c in hello.caps][:64]),
+                hello.fcm_token,
+                at,
+                at,
+            )
+            for hello in hellos
+        ]
+        ids = list(dict.fromkeys(hello.device_id for hello in hellos))
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
-                for hello in hellos:
-                    cur.execute(
-                        _UPSERT,
-                        (
-                            hello.device_id,
-                            hello.name[:128],
-                            json.dumps([str(c) for c in hello.caps][:64]),
-                            hello.fcm_token,
-                            at,
-                            at,
-                        ),
-                    )
-                    devices[hello.device_id] = Device.from_row(cur.fetchone())
+                cur.executemany(_UPSERT, params)  # in order: a later hello wins
+                revoked = self._rows_of(
+                    ids, "SELECT device_id FROM devices WHERE revoked != 0 AND device_id IN"
+                )
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-        return devices
+        return {str(row[0]) for row in revoked}
+
+    def _rows_of(self, ids: list[str], query: str) -> list[tuple[Any, ...]]:
+        """``query`` (ending in ``IN``) for these ids, a chunk of bound parameters at a time."""
+        rows: list[tuple[Any, ...]] = []
+        for start in range(0, len(ids), _SQL_VARS):
+            chunk = ids[start : start + _SQL_VARS]
+            marks = ",".join("?" * len(chunk))
+            rows += self._db.execute(f"{query} ({marks})", chunk).fetchall()
+        return rows
 
     def set_push(
         self, device_id: str, *, fcm_token: str | None = None, ntfy_topic: str | None = None

@@ -138,6 +138,19 @@ def test_a_batch_of_hellos_is_recorded_in_one_go_and_a_revoked_device_stays_revo
     assert registry.seen_many([]) == {}
 
 
+def test_recording_hellos_answers_which_of_them_are_revoked(registry: DeviceRegistry) -> None:
+    registry.seen("old", name="Old phone", now=1.0)
+    registry.revoke("old", now=2.0)
+    # More devices than one statement may bind: every one recorded, the revoked one found.
+    many = [Hello(f"dev{i:04d}", f"Dev {i}") for i in range(2000)]
+    revoked = registry.record_hellos([*many, Hello("old"), Hello("dev0001", "Renamed")], now=5.0)
+    assert revoked == {"old"}
+    assert len(registry.list()) == 2001
+    assert registry.get("dev0001") is not None and registry.get("dev0001").name == "Renamed"
+    assert registry.get("old").revoked and registry.get("old").last_seen == 5.0
+    assert registry.record_hellos([]) == set()
+
+
 def test_dead_fcm_tokens_are_cleared_only_where_they_are_still_registered(
     registry: DeviceRegistry,
 ) -> None:

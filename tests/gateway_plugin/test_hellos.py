@@ -111,7 +111,7 @@ async def rig(make_rig: Callable[..., Any]) -> AsyncIterator[_Rig]:
 async def test_hellos_read_together_are_answered_together(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    records = _Calls(rig.controller.devices, "seen_many", monkeypatch)
+    records = _Calls(rig.controller.devices, "record_hellos", monkeypatch)
     replies = _Calls(rig.bus, "reply_many", monkeypatch)
     singles = _Calls(rig.controller, "reply", monkeypatch)
     rig.controller.emit([{"type": "message", "text": "before"}])
@@ -188,14 +188,14 @@ async def test_an_entry_already_carried_out_is_acked_without_running_again(rig: 
 async def test_a_failing_hello_is_closed_with_1011_and_its_neighbours_are_answered(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = rig.controller.devices.seen_many
+    real = rig.controller.devices.record_hellos
 
     def broken(hellos: Any, *args: Any, **kwargs: Any) -> Any:
         if any(h.device_id == "bad" for h in hellos):
             raise RuntimeError("disk on fire")
         return real(hellos, *args, **kwargs)
 
-    monkeypatch.setattr(rig.controller.devices, "seen_many", broken)
+    monkeypatch.setattr(rig.controller.devices, "record_hellos", broken)
     ids = [entry_id(1), entry_id(2), entry_id(3)]
     batch = list(zip(ids, [hello("phone"), hello("bad"), hello("desk")], strict=True))
     await rig.controller.reader.handle_batch(batch)
