@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from canonical.memory_bus import MemoryBus
+from gateway_plugin import command_reader
 from gateway_plugin.controller import Controller
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
@@ -128,6 +129,21 @@ async def test_hellos_read_together_are_answered_together(
     assert len(replies.calls) == 1 and len(replies.calls[0][0]) == 5 and singles.calls == []
     assert {d.device_id for d in rig.controller.devices.list()} == {f"dev{i}" for i in range(5)}
     assert await rig.bus.reclaim(TENANT, "after", 0) == []  # every entry acked
+
+
+async def test_in_a_storm_the_reader_waits_to_take_the_next_hellos_in_one_read(
+    rig: _Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(command_reader, "STORM_LINGER_S", 0.2)
+    records = _Calls(rig.controller.devices, "record_hellos", monkeypatch)
+    await rig.submit(*(hello(f"first{i}") for i in range(4)))  # one read: a storm
+    await rig.replies_for(4)
+    for i in range(4):  # each alone would be a read of its own
+        await rig.submit(hello(f"next{i}"))
+        await asyncio.sleep(0.01)
+    got = await rig.replies_for(8)
+    assert [r["conn"] for r in got[4:]] == [f"c-next{i}" for i in range(4)]
+    assert [len(call[0]) for call in records.calls] == [4, 4]
 
 
 async def test_a_revoked_or_not_allowed_device_in_a_batch_is_closed_and_the_rest_answered(
