@@ -238,6 +238,11 @@ class Hub:
             conn.request_close(int(body.get("code", 1000)))
 
     def _replay(self, conn: Connection, body: Json) -> None:
+        for text in body.get("before_text") or []:
+            # Frames the plugin encoded for this device's dialect (an iris hello.ack and
+            # its channel directory): sent as they are, neither parsed nor encoded here.
+            if isinstance(text, str):
+                conn.send_frame(text)
         for reply in body.get("before") or []:
             frame = conn.dialect.encode_reply(reply)
             if frame is not None:

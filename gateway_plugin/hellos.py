@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from canonical.jsonenc import dumps
 from canonical.protocol import CLOSE, REPLAY, error_body, now_iso
 
 from . import admin
@@ -55,7 +56,10 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             c.push.on_ack(stored)
     head = c.outbox.head()
     trimmed_upto = c.outbox.trimmed_upto()
-    directory = c.commands.directory() if welcome else []
+    # The ack goes to the device as the text built here (``before_text``): the channel
+    # directory, every hello's largest part, is encoded once per batch, and the edge
+    # neither parses nor encodes it again.
+    directory = dumps(c.commands.directory()) if welcome else "[]"
     replies: list[tuple[Json, Json, str]] = []
     for command in commands:
         close = closes.get(id(command))
@@ -70,18 +74,25 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             "device_id": str(command.get("device_id")),
             "sync_cursor": head,
             "gap": cursor is not None and cursor < trimmed_upto,
-            "channels": directory,
             "ts": now_iso(),
         }
         if _request_id(command) is not None:
             ack["request_id"] = _request_id(command)
+        text = ack_text(ack, directory)
         if cursor is None:
             # A fresh device starts at the head: older events are history, not a gap.
-            body: Json = {"before": [ack], "events": [], "head": head, "fresh": True}
+            body: Json = {"before_text": [text], "events": [], "head": head, "fresh": True}
         else:
-            body = c.commands.replay_body(cursor, [ack], head)
+            body = c.commands.replay_body(cursor, [], head)
+            body["before_text"] = [text]
         replies.append((command, body, REPLAY))
     await c.reply_many(replies)
+
+
+def ack_text(ack: Json, directory: str) -> str:
+    """The iris ``hello.ack`` frame: ``ack``'s fields and the encoded directory as
+    ``channels``."""
+    return dumps(ack)[:-1] + ',"channels":' + directory + "}"
 
 
 def _allowed(controller: Controller, command: Json) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from canonical.memory_bus import MemoryBus
-from gateway_plugin import command_reader
+from gateway_plugin import command_reader, hellos
 from gateway_plugin.controller import Controller
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
@@ -100,6 +100,14 @@ def make_rig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., A
     return make
 
 
+def ack_of(reply: Json) -> Json:
+    """The hello.ack of a hello's replay: the one frame sent as the plugin encoded it."""
+    (text,) = reply["body"]["before_text"]
+    assert reply["body"].get("before", []) == []
+    ack: Json = json.loads(text)
+    return ack
+
+
 @pytest.fixture
 async def rig(make_rig: Callable[..., Any]) -> AsyncIterator[_Rig]:
     made: _Rig = await make_rig()
@@ -121,7 +129,7 @@ async def test_hellos_read_together_are_answered_together(
     assert [r["conn"] for r in got] == [f"c-dev{i}" for i in range(5)]
     for i, reply in enumerate(got):
         assert reply["kind"] == "replay" and reply["body"]["fresh"] is True
-        (ack,) = reply["body"]["before"]
+        ack = ack_of(reply)
         assert ack["type"] == "hello.ack" and ack["device_id"] == f"dev{i}"
         assert ack["request_id"] == f"r-dev{i}" and ack["sync_cursor"] == 1
         assert ack["gap"] is False and [c["name"] for c in ack["channels"]] == ["Default"]
@@ -171,10 +179,33 @@ async def test_a_hello_with_a_cursor_stores_the_ack_and_replays_what_came_after(
     await rig.submit(hello("phone", cursor=1), hello("tablet", cursor=0), hello("desk"))
     phone, tablet, desk = await rig.replies_for(3)
     assert [e["cursor"] for e in phone["body"]["events"]] == [2, 3]
-    assert phone["body"]["before"][0]["sync_cursor"] == 3 and phone["body"]["more"] is False
+    assert ack_of(phone)["sync_cursor"] == 3 and phone["body"]["more"] is False
     assert [e["cursor"] for e in tablet["body"]["events"]] == [1, 2, 3]
     assert desk["body"]["events"] == [] and desk["body"]["head"] == 3
     assert rig.controller.outbox.acks() == {"phone": 1}
+
+
+async def test_the_ack_text_holds_every_field_and_the_directory_as_the_device_reads_it(
+    rig: _Rig,
+) -> None:
+    rig.controller.channels.create_channel('Café ☕ "quoted"')
+    await rig.submit(hello("phone"), hello("desk", cursor=0))
+    phone, desk = await rig.replies_for(2)
+    directory = rig.controller.commands.directory()
+    for reply, device in ((phone, "phone"), (desk, "desk")):
+        ack = ack_of(reply)
+        assert ack == {
+            "type": "hello.ack",
+            "version": 1,
+            "server_caps": hellos.SERVER_CAPS,
+            "device_id": device,
+            "sync_cursor": ack["sync_cursor"],
+            "gap": False,
+            "ts": ack["ts"],
+            "request_id": f"r-{device}",
+            "channels": directory,
+        }
+    assert 'Café ☕ "quoted"' in [c["name"] for c in ack_of(desk)["channels"]]
 
 
 async def test_a_batch_of_hellos_keeps_its_place_among_other_commands(rig: _Rig) -> None:
