@@ -5,7 +5,8 @@ Paths:
   acks an entry only after the command's effect is durable (at-least-once).
 - outbound events (plugin → edges): per-tenant pub/sub, the doorbell. It is at-most-once;
   the plugin's outbox is the log and devices replay from it.
-- direct replies (plugin → one connection): pub/sub on the edge's own channel.
+- direct replies (plugin → one connection): pub/sub on the edge's own channel; one
+  message may carry several replies for that edge (``direct_batches``).
 
 Every key and channel is namespaced per tenant, so one Redis and one fleet of edges serves
 several Hermes gateways, and an edge subscribes only to the tenants of the devices it holds.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import hashlib
+import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +74,39 @@ def lockout_key(source: str) -> str:
 
 def direct_envelope(conn: str, kind: str, body: Any) -> bytes:
     return dumps_ascii({"conn": conn, "kind": kind, "body": body}).encode()
+
+
+# A direct message is one envelope (a JSON object) or several for the same edge (a JSON
+# array of them, in order): a batch of hellos is answered in one PUBLISH per edge, not one
+# per device. A batch stays below this size, so no single message is huge.
+DIRECT_BATCH_MAX_BYTES = 256 * 1024
+
+
+def direct_batches(envelopes: list[bytes]) -> list[bytes]:
+    """The direct messages that carry these envelopes (for one edge), in order."""
+    out: list[bytes] = []
+    batch: list[bytes] = []
+    size = 0
+    for envelope in envelopes:
+        if batch and size + len(envelope) > DIRECT_BATCH_MAX_BYTES:
+            out.append(_joined(batch))
+            batch, size = [], 0
+        batch.append(envelope)
+        size += len(envelope) + 1
+    if batch:
+        out.append(_joined(batch))
+    return out
+
+
+def _joined(batch: list[bytes]) -> bytes:
+    return batch[0] if len(batch) == 1 else b"[" + b",".join(batch) + b"]"
+
+
+def direct_envelopes(payload: bytes | str) -> list[Json]:
+    """The envelopes of a direct message, in order (raises ValueError if not JSON)."""
+    message = json.loads(payload)
+    items = message if isinstance(message, list) else [message]
+    return [item for item in items if isinstance(item, dict)]
 
 
 class Subscription(abc.ABC):

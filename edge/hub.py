@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from canonical.bus import Bus, Subscription
+from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.jsonenc import dumps
 from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
 
@@ -136,13 +136,15 @@ class Hub:
     # -- bus → connections
     def _on_bus(self, kind: str, channel: str, payload: bytes) -> None:
         try:
-            message = json.loads(payload)
+            # A direct message is one reply or a batch of them (canonical.bus.direct_batches).
+            messages = [json.loads(payload)] if kind == "event" else direct_envelopes(payload)
         except ValueError:
             log.warning("dropping undecodable bus message on %s", kind)
             return
         if kind == "event":
-            self._fan_out(channel, message)
-        else:
+            self._fan_out(channel, messages[0])
+            return
+        for message in messages:
             self._direct(message)
 
     def _fan_out(self, tenant: str, event: Json) -> None:

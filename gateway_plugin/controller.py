@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from canonical.bus import Bus, direct_envelope
+from canonical.bus import Bus, direct_batches, direct_envelope
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
 from canonical.protocol import REPLY, now_iso
@@ -353,13 +353,20 @@ class Controller:
         """(command, body, kind) replies in one round trip, in order."""
         for command, body, kind in replies:
             self.reader.note_reply(command, kind, body)
-        out = [
-            (str(command["edge"]), direct_envelope(str(command["conn"]), kind, body))
-            for command, body, kind in replies
-            if command.get("edge") and command.get("conn")
-        ]
-        if not out:
+        by_edge: dict[str, list[bytes]] = {}
+        for command, body, kind in replies:
+            if command.get("edge") and command.get("conn"):
+                envelope = direct_envelope(str(command["conn"]), kind, body)
+                by_edge.setdefault(str(command["edge"]), []).append(envelope)
+        if not by_edge:
             return
+        # One message per edge, not per reply (a storm's batch of hellos): fewer PUBLISHes
+        # for Redis and fewer messages for each edge to take apart.
+        out = [
+            (edge, message)
+            for edge, envelopes in by_edge.items()
+            for message in direct_batches(envelopes)
+        ]
         try:
             await self.bus.reply_many(out)
         except BusUnavailable:

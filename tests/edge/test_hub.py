@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from canonical.bus import direct_envelope
+from canonical.bus import direct_batches, direct_envelope
 from canonical.memory_bus import MemoryBus
 from canonical.protocol import REPLAY
 from edge.connection import Connection
@@ -59,3 +59,23 @@ async def test_anything_but_text_among_the_encoded_frames_is_not_sent(hub: Hub) 
     await eventually(lambda: not conn.replaying)
     assert socket.sent == []
     await conn.stop()
+
+
+async def test_a_batch_of_replies_in_one_message_reaches_each_device_its_own(hub: Hub) -> None:
+    phone, phone_socket = await _replaying_device(hub)
+    tablet_socket = Socket()
+    tablet = Connection(
+        "c2", IrisDialect(), "tenant", "tablet", tablet_socket.send_text, tablet_socket.close
+    )
+    tablet.begin_replay()
+    await hub.attach(tablet)
+    envelopes = [
+        direct_envelope(conn_id, REPLAY, {"before_text": [f'{{"to":"{conn_id}"}}'], "head": 0})
+        for conn_id in ("c1", "gone", "c2")
+    ]
+    (message,) = direct_batches(envelopes)
+    await hub.bus.reply(EDGE, message)
+    await eventually(lambda: bool(phone_socket.sent and tablet_socket.sent))
+    assert phone_socket.sent == ['{"to":"c1"}'] and tablet_socket.sent == ['{"to":"c2"}']
+    await phone.stop()
+    await tablet.stop()

@@ -4,7 +4,6 @@ consuming a real, private redis-server's stream, restarted on the same files."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -14,7 +13,7 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from canonical.bus import CONSUMER_GROUP, Subscription, command_stream
+from canonical.bus import CONSUMER_GROUP, Subscription, command_stream, direct_envelopes
 from canonical.redis_bus import RedisBus
 from gateway_plugin.command_once import (
     CLOCK_MARGIN_S,
@@ -69,7 +68,7 @@ class _Edge:
 
     def _on_bus(self, kind: str, channel: str, payload: bytes) -> None:
         if kind == "direct":
-            self.replies.append(json.loads(payload))
+            self.replies.extend(direct_envelopes(payload))
 
     async def submit(self, cmd: str, request_id: str, **args: Any) -> None:
         await self.bus.submit(TENANT, _command(cmd, request_id, **args))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from canonical.bus import direct_envelopes
 from canonical.memory_bus import MemoryBus
 from gateway_plugin import command_reader, hellos
 from gateway_plugin.controller import Controller
@@ -44,7 +45,7 @@ class _Rig:
 
     def on_bus(self, kind: str, channel: str, payload: bytes) -> None:
         if kind == "direct":
-            self.replies.append(json.loads(payload))
+            self.replies.extend(direct_envelopes(payload))
 
     async def submit(self, *commands: Json) -> None:
         # MemoryBus.submit never yields: the consumer reads all of them in one batch.
@@ -134,7 +135,10 @@ async def test_hellos_read_together_are_answered_together(
         assert ack["request_id"] == f"r-dev{i}" and ack["sync_cursor"] == 1
         assert ack["gap"] is False and [c["name"] for c in ack["channels"]] == ["Default"]
     assert len(records.calls) == 1 and len(records.calls[0][0]) == 5
-    assert len(replies.calls) == 1 and len(replies.calls[0][0]) == 5 and singles.calls == []
+    # One round trip, and one message for the edge carrying all five replies.
+    assert len(replies.calls) == 1 and singles.calls == []
+    ((edge, message),) = replies.calls[0][0]
+    assert edge == "e1" and len(direct_envelopes(message)) == 5
     assert {d.device_id for d in rig.controller.devices.list()} == {f"dev{i}" for i in range(5)}
     assert await rig.bus.reclaim(TENANT, "after", 0) == []  # every entry acked
 

@@ -4,7 +4,6 @@ its in-process push worker, and a local FCM that answers like the real one."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -15,7 +14,7 @@ from arq import Worker, func
 from arq.connections import RedisSettings
 from prometheus_client import REGISTRY
 
-from canonical.bus import Bus, Subscription
+from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.memory_bus import MemoryBus
 from canonical.protocol import new_id, now_iso
 from canonical.redis_bus import RedisBus
@@ -61,7 +60,7 @@ class _Rig:
 
     def on_bus(self, kind: str, channel: str, payload: bytes) -> None:
         if kind == "direct":
-            self.replies.append(json.loads(payload))
+            self.replies.extend(direct_envelopes(payload))
 
     async def command(self, device_id: str, cmd: str, **args: Any) -> None:
         """Send one device command and wait until the controller has carried it out."""
