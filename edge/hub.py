@@ -136,16 +136,18 @@ class Hub:
     # -- bus → connections
     def _on_bus(self, kind: str, channel: str, payload: bytes) -> None:
         try:
-            # A direct message is one reply or a batch of them (canonical.bus.direct_batches).
-            messages = [json.loads(payload)] if kind == "event" else direct_envelopes(payload)
+            if kind == "event":
+                event = json.loads(payload)
+            else:  # one reply, or a batch of them (canonical.bus.direct_batches)
+                replies = direct_envelopes(payload)
         except ValueError:
             log.warning("dropping undecodable bus message on %s", kind)
             return
         if kind == "event":
-            self._fan_out(channel, messages[0])
+            self._fan_out(channel, event)
             return
-        for message in messages:
-            self._direct(message)
+        for reply in replies:
+            self._direct(reply)
 
     def _fan_out(self, tenant: str, event: Json) -> None:
         conns = self.by_tenant.get(tenant)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from canonical.jsonenc import dumps_ascii
+
 from .sqlite_file import open_wal
 
 Json = dict[str, Any]
@@ -149,7 +151,7 @@ class DeviceRegistry:
             (
                 hello.device_id,
                 hello.name[:128],
-                json.dumps([str(c) for c in hello.caps][:64]),
+                dumps_ascii([str(c) for c in hello.caps][:64]),
                 hello.fcm_token,
                 at,
                 at,
