@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from starlette.websockets import WebSocket
 from canonical.bus import Bus
 from canonical.protocol import new_id
 
-from . import metrics
+from . import metrics, worker_metrics
 from .attachments import AttachmentStore
 from .attachments import routes as attachment_routes
 from .hub import Hub
@@ -109,12 +110,20 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
         }
         return JSONResponse(body, status_code=200 if bus_ok else 503)
 
+    workers = worker_metrics.from_environment(metrics.render)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.hub.start()
+        snapshots = None if workers is None else asyncio.create_task(workers.run())
         try:
             yield
         finally:
+            if snapshots is not None and workers is not None:
+                snapshots.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await snapshots
+                workers.remove()
             for conn in list(state.hub.conns.values()):
                 conn.request_close(1001)
             await state.hub.stop()
@@ -125,7 +134,7 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Route("/metrics", metrics.endpoint(state)),
+            Route("/metrics", metrics.endpoint(state, workers)),
             *attachment_routes(state.attachments),
         ],
         lifespan=lifespan,

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .app import EdgeState
     from .connection import Connection
     from .hub import Hub
+    from .worker_metrics import WorkerSnapshots
 
 REPLAYS = Counter("hdg_edge_replays_total", "Replays (hello or sync) served to devices.")
 REPLAYED_EVENTS = Counter("hdg_edge_replayed_events_total", "Events delivered by replays.")
@@ -129,12 +130,21 @@ class _HubCollector(Collector):
 REGISTRY.register(_HubCollector())
 
 
-def endpoint(state: EdgeState) -> Callable[[Request], Awaitable[Response]]:
-    """The `/metrics` route of one edge app (tracks its hub)."""
+def render() -> bytes:
+    """This process's metrics, in the Prometheus text format."""
+    return generate_latest(REGISTRY)
+
+
+def endpoint(
+    state: EdgeState, workers: WorkerSnapshots | None = None
+) -> Callable[[Request], Awaitable[Response]]:
+    """The `/metrics` route of one edge app (tracks its hub). A supervised worker answers
+    with every worker's metrics, labelled (edge/worker_metrics.py)."""
     track(state.hub)
 
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        body = render() if workers is None else workers.exposition()
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return metrics
 
@@ -149,6 +159,7 @@ __all__ = [
     "control_closed",
     "endpoint",
     "hello_refused",
+    "render",
     "replayed",
     "track",
 ]

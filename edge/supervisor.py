@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,9 @@ from types import FrameType
 LISTEN_FD_ENV = "HDG_EDGE_LISTEN_FD"
 WORKER_INDEX_ENV = "HDG_EDGE_WORKER"
 SUPERVISOR_PID_ENV = "HDG_EDGE_SUPERVISOR"
+# The workers' shared metrics snapshots (edge/worker_metrics.py): a private directory the
+# supervisor makes and removes.
+METRICS_DIR_ENV = "HDG_EDGE_METRICS_DIR"
 EXIT_BAD_SETTINGS = 2
 BACKLOG = 2048  # uvicorn's default
 
@@ -148,6 +153,7 @@ class Supervisor:
         self.poll_s = poll_s
         self.workers = [_Worker(i) for i in range(count)]
         self._stopping = False
+        self.metrics_dir = ""
 
     def _start(self, worker: _Worker) -> None:
         env = dict(os.environ)
@@ -155,6 +161,7 @@ class Supervisor:
         env[LISTEN_FD_ENV] = ",".join(map(str, fds))
         env[WORKER_INDEX_ENV] = str(worker.index)
         env[SUPERVISOR_PID_ENV] = str(os.getpid())
+        env[METRICS_DIR_ENV] = self.metrics_dir
         worker.proc = subprocess.Popen(self.argv, env=env, pass_fds=fds)
         worker.started = time.monotonic()
         worker.restart_at = None
@@ -183,12 +190,14 @@ class Supervisor:
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
+        self.metrics_dir = tempfile.mkdtemp(prefix="hdg-edge-metrics-")  # mode 0700
         try:
             for worker in self.workers:
                 self._start(worker)
             status = self._watch()
         finally:
             self._stop_all()
+            shutil.rmtree(self.metrics_dir, ignore_errors=True)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return status

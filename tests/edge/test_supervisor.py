@@ -24,11 +24,13 @@ from canonical.bus import open_bus
 from canonical.client import DeviceClient
 from edge.supervisor import (
     EXIT_BAD_SETTINGS,
+    METRICS_DIR_ENV,
     WORKER_INDEX_ENV,
     RestartBackoff,
     gives_up,
     worker_edge_id,
 )
+from edge.worker_metrics import SNAPSHOT_S
 from tests.harness import EdgeProcess, ManagedProcess, RedisServer, free_port, scrubbed_environ
 from tests.harness.certs import self_signed
 
@@ -93,6 +95,12 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
+    return {key.decode(): value.decode() for key, value in pairs}
+
+
 def _wait(condition: Callable[[], bool], timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -152,6 +160,48 @@ def test_both_workers_answer_devices_on_the_one_port(supervised: EdgeProcess) ->
     asyncio.run(each_worker_alone())
 
 
+def _scrape(edge: EdgeProcess) -> str:
+    conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        return conn.getresponse().read().decode()
+    finally:
+        conn.close()
+
+
+def _pheby_connections(text: str) -> dict[str, float]:
+    """hdg_edge_connections{dialect="pheby"} of each worker in one scrape."""
+    found = re.findall(
+        r'^hdg_edge_connections\{worker="(\d+)",dialect="pheby"\} (\S+)$', text, re.M
+    )
+    return {worker: float(value) for worker, value in found}
+
+
+def test_any_worker_answers_a_scrape_with_every_workers_devices(
+    supervised: EdgeProcess,
+) -> None:
+    async def scrape() -> dict[str, float]:
+        return _pheby_connections(await asyncio.to_thread(_scrape, supervised))
+
+    async def scenario() -> None:
+        clients = [await _ready(supervised) for _ in range(12)]
+        try:
+            deadline = time.monotonic() + 20
+            while sum((await scrape()).values()) != 12:
+                assert time.monotonic() < deadline, "the scrapes never added up"
+                await asyncio.sleep(0.1)
+            # Now both workers' newest snapshots were written after the last device came.
+            await asyncio.sleep(SNAPSHOT_S + 1)
+            for _ in range(6):  # whichever worker accepts each scrape
+                by_worker = await scrape()
+                assert set(by_worker) == {"0", "1"} and sum(by_worker.values()) == 12
+        finally:
+            for client in clients:
+                await client.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
     supervised: EdgeProcess,
 ) -> None:
@@ -173,6 +223,8 @@ def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_work
     supervised: EdgeProcess,
 ) -> None:
     workers = _children(supervised.pid)
+    metrics_dir = Path(_environ(workers[0])[METRICS_DIR_ENV])
+    assert metrics_dir.is_dir()
 
     async def stop_with_a_device_online() -> int | None:
         client = await _ready(supervised)
@@ -183,6 +235,7 @@ def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_work
     _wait(lambda: not supervised.running)
     assert supervised.process.returncode == 0
     assert not any(_alive(pid) for pid in workers)
+    assert not metrics_dir.exists()  # the workers' metrics snapshots go with them
 
 
 def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
