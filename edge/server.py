@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import ssl
+import threading
 from collections.abc import Generator
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -87,6 +90,25 @@ class GracefulServer(uvicorn.Server):
     def request_exit(self) -> None:
         """Ask for the graceful shutdown a SIGTERM would start (from any thread: the main
         loop polls the flag)."""
+        self.should_exit = True
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """uvicorn's SIGINT/SIGTERM, and a hang-up (the terminal or SSH session that ran
+        the edge went away) as a graceful stop too: devices get 1001, not a dropped socket.
+        Unlike uvicorn's signals it is not raised again afterwards: the edge exits 0."""
+        if threading.current_thread() is not threading.main_thread():
+            with super().capture_signals():
+                yield
+            return
+        previous = signal.signal(signal.SIGHUP, self._hang_up)
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+
+    def _hang_up(self, signum: int, frame: FrameType | None) -> None:
         self.should_exit = True
 
 

@@ -9,7 +9,7 @@ worker: the kernel hands a new connection to whichever worker accepts first, so 
 worker takes fewer, and connections queued in the backlog survive a worker's restart.
 
 The supervisor restarts a worker that dies, with a growing delay while it keeps dying
-young; forwards SIGTERM/SIGINT as SIGTERM (each worker closes its devices with 1001);
+young; forwards SIGTERM/SIGINT/SIGHUP as SIGTERM (each worker closes its devices with 1001);
 and gives up with exit status 2 if a worker cannot even start (a bad setting). Workers
 stop by themselves if the supervisor disappears.
 """
@@ -188,7 +188,8 @@ class Supervisor:
 
     def run(self) -> int:
         previous = {
-            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
+            sig: signal.signal(sig, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a hang-up: stop too
         }
         self.metrics_dir = tempfile.mkdtemp(prefix="hdg-edge-metrics-")  # mode 0700
         try:

@@ -238,6 +238,49 @@ def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_work
     assert not metrics_dir.exists()  # the workers' metrics snapshots go with them
 
 
+def test_a_hang_up_stops_the_supervisor_and_its_workers_as_sigterm_does(
+    supervised: EdgeProcess,
+) -> None:
+    workers = _children(supervised.pid)
+
+    async def hang_up_with_a_device_online() -> int | None:
+        client = await _ready(supervised)
+        supervised.process.send_signal(signal.SIGHUP)
+        return await client.wait_closed(timeout=15)
+
+    assert asyncio.run(hang_up_with_a_device_online()) == 1001
+    _wait(lambda: not supervised.running)
+    assert supervised.process.returncode == 0
+    assert not any(_alive(pid) for pid in workers)
+
+
+def test_a_hang_up_stops_a_lone_edge_with_going_away_to_its_devices(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
+) -> None:
+    async def register() -> None:
+        bus = open_bus(redis_server.url)
+        try:
+            await bus.register_tenant(TENANT, TOKEN, ttl_s=600)
+        finally:
+            await bus.close()
+
+    asyncio.run(register())
+    edge = edge_factory(
+        env={"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"},
+        port_env="ANDROID_WS_PORT",
+    )
+    _wait(lambda: _listening_workers(edge) == 1)
+
+    async def hang_up_with_a_device_online() -> int | None:
+        client = await _ready(edge)
+        edge.process.send_signal(signal.SIGHUP)
+        return await client.wait_closed(timeout=15)
+
+    assert asyncio.run(hang_up_with_a_device_online()) == 1001
+    _wait(lambda: not edge.running)
+    assert edge.process.returncode == 0
+
+
 def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
     supervised: EdgeProcess,
 ) -> None:
