@@ -112,10 +112,7 @@ def _listening_workers(edge: EdgeProcess) -> int:
     return len(re.findall(r"edge \S+ listening on", edge.log_text()))
 
 
-@pytest.fixture
-def supervised(
-    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
-) -> Iterator[EdgeProcess]:
+def _register_tenant(redis_server: RedisServer) -> None:
     async def register() -> None:
         bus = open_bus(redis_server.url)
         try:
@@ -124,6 +121,13 @@ def supervised(
             await bus.close()
 
     asyncio.run(register())
+
+
+@pytest.fixture
+def supervised(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
+) -> Iterator[EdgeProcess]:
+    _register_tenant(redis_server)
     edge = edge_factory(
         env={
             "ANDROID_BUS_URL": redis_server.url,
@@ -219,21 +223,26 @@ def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
     _wait(lambda: _listening_workers(supervised) == 3)
 
 
+def _stops_gracefully(edge: EdgeProcess, signum: int) -> None:
+    """``signum`` with a device online: the device hears 1001 and the edge exits 0."""
+
+    async def signal_with_a_device_online() -> int | None:
+        client = await _ready(edge)
+        edge.process.send_signal(signum)
+        return await client.wait_closed(timeout=15)
+
+    assert asyncio.run(signal_with_a_device_online()) == 1001
+    _wait(lambda: not edge.running)
+    assert edge.process.returncode == 0
+
+
 def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_worker(
     supervised: EdgeProcess,
 ) -> None:
     workers = _children(supervised.pid)
     metrics_dir = Path(_environ(workers[0])[METRICS_DIR_ENV])
     assert metrics_dir.is_dir()
-
-    async def stop_with_a_device_online() -> int | None:
-        client = await _ready(supervised)
-        supervised.process.send_signal(signal.SIGTERM)
-        return await client.wait_closed(timeout=15)
-
-    assert asyncio.run(stop_with_a_device_online()) == 1001
-    _wait(lambda: not supervised.running)
-    assert supervised.process.returncode == 0
+    _stops_gracefully(supervised, signal.SIGTERM)
     assert not any(_alive(pid) for pid in workers)
     assert not metrics_dir.exists()  # the workers' metrics snapshots go with them
 
@@ -242,43 +251,20 @@ def test_a_hang_up_stops_the_supervisor_and_its_workers_as_sigterm_does(
     supervised: EdgeProcess,
 ) -> None:
     workers = _children(supervised.pid)
-
-    async def hang_up_with_a_device_online() -> int | None:
-        client = await _ready(supervised)
-        supervised.process.send_signal(signal.SIGHUP)
-        return await client.wait_closed(timeout=15)
-
-    assert asyncio.run(hang_up_with_a_device_online()) == 1001
-    _wait(lambda: not supervised.running)
-    assert supervised.process.returncode == 0
+    _stops_gracefully(supervised, signal.SIGHUP)
     assert not any(_alive(pid) for pid in workers)
 
 
 def test_a_hang_up_stops_a_lone_edge_with_going_away_to_its_devices(
     redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
 ) -> None:
-    async def register() -> None:
-        bus = open_bus(redis_server.url)
-        try:
-            await bus.register_tenant(TENANT, TOKEN, ttl_s=600)
-        finally:
-            await bus.close()
-
-    asyncio.run(register())
+    _register_tenant(redis_server)
     edge = edge_factory(
         env={"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"},
         port_env="ANDROID_WS_PORT",
     )
     _wait(lambda: _listening_workers(edge) == 1)
-
-    async def hang_up_with_a_device_online() -> int | None:
-        client = await _ready(edge)
-        edge.process.send_signal(signal.SIGHUP)
-        return await client.wait_closed(timeout=15)
-
-    assert asyncio.run(hang_up_with_a_device_online()) == 1001
-    _wait(lambda: not edge.running)
-    assert edge.process.returncode == 0
+    _stops_gracefully(edge, signal.SIGHUP)
 
 
 def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
