@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -115,15 +114,13 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.hub.start()
-        snapshots = None if workers is None else asyncio.create_task(workers.run())
+        if workers is not None:
+            workers.start()
         try:
             yield
         finally:
-            if snapshots is not None and workers is not None:
-                snapshots.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await snapshots
-                workers.remove()
+            if workers is not None:
+                await workers.stop()
             for conn in list(state.hub.conns.values()):
                 conn.request_close(1001)
             await state.hub.stop()

@@ -84,6 +84,7 @@ class WorkerSnapshots:
         self.index = index
         self.render = render
         self.snapshot_s = snapshot_s
+        self._task: asyncio.Task[None] | None = None
 
     def _path(self, index: str) -> Path:
         return self.directory / f"{_PREFIX}{index}{_SUFFIX}"
@@ -116,6 +117,19 @@ class WorkerSnapshots:
             except OSError as exc:  # a full disk must not stop the edge; say so, once a cycle
                 log.warning("could not write this worker's metrics snapshot: %s", exc)
             await asyncio.sleep(self.snapshot_s)
+
+    def start(self) -> None:
+        """Write a snapshot now and every ``snapshot_s`` until ``stop``."""
+        self._task = asyncio.create_task(self.run(), name="hdg-worker-metrics")
+
+    async def stop(self) -> None:
+        """Stop writing, and take this worker's snapshot away (its series end with it)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        self.remove()
 
     def remove(self) -> None:
         with contextlib.suppress(OSError):

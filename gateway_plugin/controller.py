@@ -351,10 +351,9 @@ class Controller:
 
     async def reply_many(self, replies: list[tuple[Json, Json, str]]) -> None:
         """(command, body, kind) replies in one round trip, in order."""
-        for command, body, kind in replies:
-            self.reader.note_reply(command, kind, body)
         by_edge: dict[str, list[bytes]] = {}
         for command, body, kind in replies:
+            self.reader.note_reply(command, kind, body)
             if command.get("edge") and command.get("conn"):
                 envelope = direct_envelope(str(command["conn"]), kind, body)
                 by_edge.setdefault(str(command["edge"]), []).append(envelope)

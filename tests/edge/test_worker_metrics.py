@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -95,3 +96,18 @@ def test_two_workers_real_expositions_parse_as_one_with_each_family_once() -> No
     assert len(names) == len(set(names))
     alone = sum(len(family.samples) for family in text_string_to_metric_families(text))
     assert sum(len(family.samples) for family in families) == 2 * alone
+
+
+async def test_a_started_worker_keeps_a_snapshot_and_a_stopped_one_takes_it_away(
+    tmp_path: Path,
+) -> None:
+    worker = _snapshots(tmp_path, "3", ONE)
+    worker.start()
+    for _ in range(200):
+        if (tmp_path / "worker-3.prom").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert (tmp_path / "worker-3.prom").read_text() == ONE
+    await worker.stop()
+    assert not (tmp_path / "worker-3.prom").exists()
+    assert not (tmp_path / "worker-3.prom.tmp").exists()
