@@ -99,7 +99,8 @@ class Fleet:
             else:
                 hello = {"room": "t0"}
             proto.send_text(json.dumps(hello))
-            await asyncio.wait_for(self.acked[d], 30)
+            async with asyncio.timeout(30):  # not wait_for: no task per device
+                await self.acked[d]
             setup_us.append((time.monotonic_ns() - t0) / 1000)
             del self.acked[d]
 
@@ -131,6 +132,10 @@ class Fleet:
 
 
 async def client_main() -> None:
+    if os.environ.get("BENCH_CPROFILE_DIR"):  # the bench's own devices, for what they cost
+        from bench.cprofile_edge import start_dumping
+
+        start_dumping("client")
     raise_nofile()
     fleet = Fleet()
     await serve_stdio({"connect": fleet.connect, "count": fleet.count, "close": fleet.close})

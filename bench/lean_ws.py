@@ -154,8 +154,12 @@ async def lean_connect(
         proto.tag = tag
         return proto
 
-    _, proto = await asyncio.wait_for(loop.create_connection(factory, host, int(port)), timeout)
-    await asyncio.wait_for(proto.opened, timeout)
+    # asyncio.timeout, not wait_for: wait_for wraps each await in a task of its own, a
+    # cost the bench's devices would add to every set-up they measure.
+    async with asyncio.timeout(timeout):
+        _, proto = await loop.create_connection(factory, host, int(port))
+    async with asyncio.timeout(timeout):
+        await proto.opened
     return proto
 
 
