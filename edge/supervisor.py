@@ -21,12 +21,13 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -34,8 +35,10 @@ LISTEN_FD_ENV = "HDG_EDGE_LISTEN_FD"
 WORKER_INDEX_ENV = "HDG_EDGE_WORKER"
 SUPERVISOR_PID_ENV = "HDG_EDGE_SUPERVISOR"
 # The workers' shared metrics snapshots (edge/worker_metrics.py): a private directory the
-# supervisor makes and removes.
+# supervisor makes and removes, named after its pid so that the directory of a supervisor
+# killed outright (SIGKILL, OOM) is found and removed by the next one.
 METRICS_DIR_ENV = "HDG_EDGE_METRICS_DIR"
+METRICS_DIR_PREFIX = "hdg-edge-metrics-"
 EXIT_BAD_SETTINGS = 2
 BACKLOG = 2048  # uvicorn's default
 
@@ -125,6 +128,49 @@ def watch_parent(stop: Callable[[], None], interval_s: float = 1.0) -> None:
     threading.Thread(target=poll, name="edge-parent-watch", daemon=True).start()
 
 
+def stale_metrics_dirs(names: Iterable[str], alive: Callable[[int], bool]) -> list[str]:
+    """The names among ``names`` of metrics directories whose supervisor is gone."""
+    stale = []
+    for name in names:
+        if not name.startswith(METRICS_DIR_PREFIX):
+            continue
+        pid, _, rest = name[len(METRICS_DIR_PREFIX) :].partition("-")
+        if pid.isdigit() and rest and not alive(int(pid)):
+            stale.append(name)
+    return stale
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # somebody else's process: alive
+        return True
+    return True
+
+
+def remove_stale_metrics_dirs(parent: str | None = None) -> list[str]:
+    """Remove the metrics directories left by supervisors that died without cleaning up
+    (our own only: real directories owned by this user); the paths removed."""
+    parent = parent or tempfile.gettempdir()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    removed = []
+    for name in stale_metrics_dirs(names, _pid_alive):
+        path = os.path.join(parent, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
 @dataclass
 class _Worker:
     index: int
@@ -191,7 +237,10 @@ class Supervisor:
             sig: signal.signal(sig, self._on_signal)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # a hang-up: stop too
         }
-        self.metrics_dir = tempfile.mkdtemp(prefix="hdg-edge-metrics-")  # mode 0700
+        for path in remove_stale_metrics_dirs():
+            log.info("removed the metrics directory of a supervisor that died: %s", path)
+        # mode 0700
+        self.metrics_dir = tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-")
         try:
             for worker in self.workers:
                 self._start(worker)

@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import ssl
+import subprocess
 import sys
 import textwrap
 import time
@@ -25,9 +26,12 @@ from canonical.client import DeviceClient
 from edge.supervisor import (
     EXIT_BAD_SETTINGS,
     METRICS_DIR_ENV,
+    METRICS_DIR_PREFIX,
     WORKER_INDEX_ENV,
     RestartBackoff,
     gives_up,
+    remove_stale_metrics_dirs,
+    stale_metrics_dirs,
     worker_edge_id,
 )
 from edge.worker_metrics import SNAPSHOT_S
@@ -74,6 +78,48 @@ def test_each_worker_gets_its_own_edge_id(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv(WORKER_INDEX_ENV, "1")
     assert worker_edge_id("edge-a") == "edge-a-1"
     assert worker_edge_id(None) is None  # a random id per process is unique already
+
+
+# -- metrics directories left behind
+
+
+def test_a_metrics_directory_is_stale_once_the_supervisor_named_in_it_is_gone() -> None:
+    names = [
+        f"{METRICS_DIR_PREFIX}100-abc",  # its supervisor is gone
+        f"{METRICS_DIR_PREFIX}200-def",  # still running
+        f"{METRICS_DIR_PREFIX}abc",  # an older name without a pid: not ours to judge
+        f"{METRICS_DIR_PREFIX}300-",  # no mkdtemp suffix: not one we made
+        "hdg-other-100-abc",
+        "100-abc",
+    ]
+    assert stale_metrics_dirs(names, alive=lambda pid: pid == 200) == [
+        f"{METRICS_DIR_PREFIX}100-abc"
+    ]
+
+
+@given(st.lists(st.text(max_size=30), max_size=20))
+def test_no_name_is_stale_while_every_supervisor_lives(names: list[str]) -> None:
+    assert stale_metrics_dirs(names, alive=lambda pid: True) == []
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait(timeout=10)
+    return process.pid
+
+
+def test_only_this_users_directories_of_dead_supervisors_are_removed(tmp_path: Path) -> None:
+    dead = tmp_path / f"{METRICS_DIR_PREFIX}{_dead_pid()}-x1"
+    live = tmp_path / f"{METRICS_DIR_PREFIX}{os.getpid()}-x2"
+    (dead / "inner").mkdir(parents=True)
+    (dead / "inner" / "worker-0.prom").write_text("snapshot")
+    live.mkdir()
+    link = tmp_path / f"{METRICS_DIR_PREFIX}{_dead_pid()}-x3"
+    link.symlink_to(live)  # not a directory of ours: never followed, never removed
+    assert remove_stale_metrics_dirs(str(tmp_path)) == [str(dead)]
+    assert not dead.exists()
+    assert live.is_dir() and link.is_symlink()
 
 
 # -- real supervisors
@@ -274,6 +320,31 @@ def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
     supervised.process.send_signal(signal.SIGKILL)  # the supervisor alone, not its group
     assert supervised.process.wait(timeout=10) == -signal.SIGKILL
     _wait(lambda: not any(_alive(pid) for pid in workers))
+
+
+def test_the_metrics_directory_of_a_killed_supervisor_is_removed_by_the_next_one(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess], tmp_path: Path
+) -> None:
+    env = {
+        "ANDROID_BUS_URL": redis_server.url,
+        "ANDROID_WS_HOST": "127.0.0.1",
+        "ANDROID_EDGE_WORKERS": "2",
+        "TMPDIR": str(tmp_path),
+    }
+    first = edge_factory(env=env, port_env="ANDROID_WS_PORT")
+    _wait(lambda: len(_children(first.pid)) == 2)
+    workers = _children(first.pid)
+    left = Path(_environ(workers[0])[METRICS_DIR_ENV])
+    assert left.parent == tmp_path
+    first.process.send_signal(signal.SIGKILL)  # no chance to clean up
+    first.process.wait(timeout=10)
+    _wait(lambda: not any(_alive(pid) for pid in workers))
+    assert left.is_dir()
+    second = edge_factory(env=env, port_env="ANDROID_WS_PORT")
+    _wait(lambda: _listening_workers(second) == 2 and len(_children(second.pid)) == 2)
+    assert not left.exists()
+    ours = Path(_environ(_children(second.pid)[0])[METRICS_DIR_ENV])
+    assert ours.is_dir() and ours.name.startswith(f"{METRICS_DIR_PREFIX}{second.pid}-")
 
 
 def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
