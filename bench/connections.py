@@ -47,9 +47,11 @@ from bench.host import (
     rss_bytes,
     uses_uvloop,
 )
+from bench.lean_native import native_client
 from bench.lean_ws import bounded_gather, iris_hello, lean_connect
 from bench.plugin_side import running_controllers, tenant_token
 from bench.procs import (
+    Child,
     Edge,
     Redis,
     role_parser,
@@ -62,6 +64,11 @@ from bench.procs import (
 from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
 
 PROFILE = False
+# The devices: "c" (bench/lean_client.c, the default: they leave the cores they share to
+# the servers being measured) or "python" (bench/lean_ws.py, the client of the figures
+# before session 19).
+CLIENT = "c"
+NATIVE: Path | None = None
 
 # =========================================================================== client role
 
@@ -131,6 +138,13 @@ class Fleet:
         return {"ok": True}
 
 
+async def start_client() -> Child:
+    if CLIENT == "c":
+        assert NATIVE is not None
+        return await Child("client", [str(NATIVE)], cpu=CPU_CLIENT).start()
+    return await start_role(__file__, "client")
+
+
 async def client_main() -> None:
     if os.environ.get("BENCH_CPROFILE_DIR"):  # the bench's own devices, for what they cost
         from bench.cprofile_edge import start_dumping
@@ -188,8 +202,8 @@ async def measure_levels(
     extra_pids: dict[str, list[int]],
     redis_url: str | None = None,
 ) -> Json:
-    client = await start_role(__file__, "client")
-    out: Json = {"label": label, "dialect": dialect, "levels": []}
+    client = await start_client()
+    out: Json = {"label": label, "dialect": dialect, "client": CLIENT, "levels": []}
     try:
         # Warm up (imports, first allocations), then the baseline.
         await client.call(
@@ -403,6 +417,13 @@ def main() -> None:
     parser.add_argument("--redis")
     parser.add_argument("--profile", action="store_true", help="py-spy the edge at each level")
     parser.add_argument(
+        "--client",
+        choices=["c", "python"],
+        default="c",
+        help="the devices: bench/lean_client.c (default; built with cc on first use, "
+        "the Python devices if there is no compiler) or bench/lean_ws.py",
+    )
+    parser.add_argument(
         "--edge-workers",
         type=int,
         default=1,
@@ -410,8 +431,14 @@ def main() -> None:
         "socket (unpinned: they get every core)",
     )
     options = parser.parse_args()
-    global PROFILE
+    global PROFILE, CLIENT, NATIVE
     PROFILE = options.profile
+    CLIENT = options.client
+    if CLIENT == "c" and options.role == "orchestrate":
+        NATIVE = native_client()
+        if NATIVE is None:
+            print("bench: no C compiler: the Python devices (bench/lean_ws.py) instead", flush=True)
+            CLIENT = "python"
     if options.role == "client":
         run_loop(client_main)
     elif options.role == "plugin":
