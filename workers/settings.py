@@ -44,6 +44,7 @@ from typing import Any
 from arq import Worker, cron, func
 from arq.connections import RedisSettings
 
+from .cancel import cancel_and_wait, insist_on_cancel
 from .config import WorkerConfig, load_config
 from .context import RESOURCES_KEY, build_resources, resources
 from .errors import ConfigError
@@ -63,6 +64,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _SUBQUEUES_KEY = "hdg_subqueues"
+_STOP_WATCH_KEY = "hdg_stop_watch"
 
 
 def redis_settings(config: WorkerConfig) -> RedisSettings:
@@ -97,9 +99,18 @@ def _start_metrics(config: WorkerConfig) -> None:
 async def _on_startup(ctx: dict[str, Any]) -> None:
     ctx[RESOURCES_KEY] = build_resources(CONFIG, redis=ctx["redis"])
     _start_metrics(CONFIG)
+    # on_startup runs in arq's main task: the task its stop cancels (workers/cancel.py).
+    main_task = asyncio.current_task()
+    if main_task is not None:
+        ctx[_STOP_WATCH_KEY] = asyncio.create_task(
+            insist_on_cancel(main_task), name="arq:stop-watch"
+        )
 
 
 async def _on_shutdown(ctx: dict[str, Any]) -> None:
+    watch = ctx.pop(_STOP_WATCH_KEY, None)
+    if isinstance(watch, asyncio.Task):
+        watch.cancel()
     if RESOURCES_KEY in ctx:
         await resources(ctx).aclose()
 
@@ -150,6 +161,8 @@ class _SubQueues:
             await asyncio.wait(running, timeout=wait)
         for worker in self._workers:
             await worker.close()  # cancels what is still running (arq re-queues it)
+            if worker.main_task is not None:  # its poll loop, cancelled by close()
+                await cancel_and_wait(worker.main_task)
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
