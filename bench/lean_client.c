@@ -269,14 +269,18 @@ static void on_readable(Conn *c) {
     }
 }
 
+static void fail_connect(Conn *c, int err) {
+    char why[200];
+    snprintf(why, sizeof why, "ConnectionRefusedError('%s')", strerror(err));
+    fail(c, why);
+}
+
 static void on_writable(Conn *c) {
     int err = 0;
     socklen_t el = sizeof err;
     getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el);
     if (err) {
-        char why[200];
-        snprintf(why, sizeof why, "ConnectionRefusedError('%s')", strerror(err));
-        fail(c, why);
+        fail_connect(c, err);
         return;
     }
     struct epoll_event ev = {.events = EPOLLIN, .data.u64 = (uint64_t)(c - conns)};
@@ -308,9 +312,7 @@ static void start_one(int device) {
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (connect(c->fd, (struct sockaddr *)&target, sizeof target) < 0 && errno != EINPROGRESS) {
-        char why[200];
-        snprintf(why, sizeof why, "ConnectionRefusedError('%s')", strerror(errno));
-        fail(c, why);
+        fail_connect(c, errno);
         return;
     }
     struct epoll_event ev = {.events = EPOLLOUT, .data.u64 = (uint64_t)(c - conns)};
