@@ -8,7 +8,7 @@ One ``python -m edge`` (CPU 0) on a private redis-server (CPU 0); the plugin sid
 ``Controller`` with the stand-in AgentPort (CPU 1), so an iris ``hello`` is answered by the
 plugin exactly as in production (token → tenant, hello command on the stream, device
 record, ``hello.ack`` as a direct reply). Devices are lean raw WebSocket clients in one
-process (CPU 1). Levels are reached cumulatively (1,000, then 4,000 more, ...): the set-up
+process (CPU 1): C (``bench/lean_client.c``) unless ``--client python``. Levels are reached cumulatively (1,000, then 4,000 more, ...): the set-up
 rate of each batch is devices / (first connect → last ``hello.ack``); memory per connection
 is the edge's RSS delta / devices. A pheby hello (answered by the edge alone), the raw
 ``websockets`` server and the uvicorn floor (the edge's own uvicorn options serving a bare
