@@ -22,23 +22,18 @@ INSIST_AFTER_S = 1.0
 
 async def insist_on_cancel(task: asyncio.Task[Any], after_s: float = INSIST_AFTER_S) -> None:
     """Watch ``task`` until it is done: a cancel request still pending ``after_s`` later,
-    with the task still running, is made again. A task nobody cancels is left alone."""
-    loop = asyncio.get_running_loop()
-    pending_since: float | None = None
+    with the task still running, is made again until it takes. A task nobody cancels is
+    left alone."""
     while not task.done():
         await asyncio.sleep(after_s / 4)
-        if task.done() or not task.cancelling():
-            pending_since = None
+        if not task.cancelling():
             continue
-        now = loop.time()
-        if pending_since is None:
-            pending_since = now
-        elif now - pending_since >= after_s:
+        await asyncio.wait({task}, timeout=after_s)
+        if not task.done() and task.cancelling():
             log.warning(
                 "%s kept running after it was told to stop; telling it again", task.get_name()
             )
-            task.cancel()
-            pending_since = now
+            await cancel_and_wait(task, after_s)
 
 
 async def cancel_and_wait(task: asyncio.Task[Any], every_s: float = INSIST_AFTER_S) -> None:
