@@ -102,7 +102,9 @@ class Controller:
         self.desk = DecisionDesk(self)
         self.prefs = Preferences(self)
         self.push = PushScheduler(self, None)
-        self.jobs = JobQueue(settings, self.attachments.storage_root)
+        self.jobs = JobQueue(
+            settings, self.attachments.storage_root, pending_path=data_dir / "pending_pushes.db"
+        )
         self._publish_queue: asyncio.Queue[bytes] = asyncio.Queue()
         self._publishing = False  # the publisher has a batch in flight
         # Tells the edges to resync once an event could not be published (_doorbell_lost).
@@ -129,8 +131,8 @@ class Controller:
         self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
         # Before the pushes a previous process deferred come due, when Redis answers
-        # (otherwise the next ack or push sets it).
-        self.background(asyncio.create_task(self.push.sync_acks(), name="hdg-push-acks"))
+        # (otherwise the next ack or push sets it); embedded, those pushes are queued again.
+        self.background(asyncio.create_task(self._resume_pushes(), name="hdg-push-acks"))
         self.running = True
         # Runs the previous process never finished, known before Hermes' start-up restore
         # resumes their turns (it does so before the command reader may start).
@@ -149,6 +151,12 @@ class Controller:
             asyncio.create_task(self._expiry_sweep(), name="hdg-expiry-sweep"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
+
+    async def _resume_pushes(self) -> None:
+        await self.push.sync_acks()
+        resumed = self.jobs.resume_pushes(enabled=self.push.submit is not None)
+        if resumed:
+            log.info("queued %d pushes a previous process left waiting", resumed)
 
     async def _retention(self) -> None:
         while True:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from canonical.settings import GatewaySettings
+
+from .pending_pushes import PendingPushes, remaining_delay
 
 log = logging.getLogger("hdg.plugin.jobs")
 
@@ -25,9 +28,14 @@ def enqueue_backoff(attempt: int) -> float:
 
 
 class JobQueue:
-    def __init__(self, settings: GatewaySettings, media_root: Path) -> None:
+    def __init__(
+        self, settings: GatewaySettings, media_root: Path, pending_path: Path | None = None
+    ) -> None:
         self.settings = settings
         self.media_root = media_root
+        # Embedded: where deferred pushes are remembered across a restart (pending_pushes).
+        self._pending_path = pending_path
+        self._pending: PendingPushes | None = None
         self._runner: Any = None
         self._pool: Any = None
         # Where workers report dead FCM tokens: shared with the in-process runner
@@ -55,6 +63,8 @@ class JobQueue:
                 config, periodic_retention=False, dead_tokens=self._dead_tokens, acks=self._acks
             )
             await self._runner.start()
+            if self._pending_path is not None:
+                self._pending = PendingPushes(self._pending_path)
         else:
             from workers.push.acks import RedisAcks
             from workers.push.dead_tokens import RedisDeadTokens
@@ -73,11 +83,44 @@ class JobQueue:
     async def push(self, body: Json, delay: float = 0.0) -> None:
         """Queue one push to run `delay` seconds from now. On Redis the delay is an arq
         deferred job, so it outlives this process; a failed enqueue is tried again for a
-        few seconds (the job id makes a repeat of one that did land harmless)."""
+        few seconds (the job id makes a repeat of one that did land harmless). Embedded,
+        the push is remembered on disk until its job has an outcome (resume_pushes)."""
         if self._runner is not None:
-            self._runner.submit_push(body, defer=delay)
+            self._submit_embedded(body, time.time() + delay)
         elif self._pool is not None:
             await self._enqueue_push(body, datetime.now(UTC) + timedelta(seconds=delay))
+
+    def resume_pushes(self, *, enabled: bool) -> int:
+        """Queue the pushes a previous embedded process left waiting, each due when it was
+        (at once if that has passed); how many. Push turned off since: they are dropped.
+        Call it once the ack ledger is set (PushScheduler.sync_acks), so a push for an
+        event read meanwhile is skipped rather than sent."""
+        if self._runner is None or self._pending is None:
+            return 0
+        if not enabled:
+            self._pending.clear()
+            return 0
+        left = self._pending.all()
+        for push in left:
+            self._submit_embedded(push.body, push.not_before)
+        return len(left)
+
+    def waiting_pushes(self) -> int:
+        """Embedded: pushes queued and not yet at an outcome (0 in scaled mode: Redis)."""
+        return len(self._pending.all()) if self._pending is not None else 0
+
+    def _submit_embedded(self, body: Json, not_before: float) -> None:
+        job_id = f"push:{body['idempotency_key']}"
+        if self._pending is not None:
+            self._pending.add(job_id, body, not_before)
+        job = self._runner.submit_push(body, defer=remaining_delay(not_before, time.time()))
+        if job is not None and self._pending is not None:
+            job.add_done_callback(self._push_done)
+
+    def _push_done(self, job: Any) -> None:
+        # Cancelled by the runner's close: still owed, so the next process sends it.
+        if self._pending is not None and not job.cancelled_at_shutdown():
+            self._pending.remove(job.job_id)
 
     async def _enqueue_push(self, body: Json, not_before: datetime) -> None:
         from redis.exceptions import ConnectionError as RedisConnectionError
@@ -143,5 +186,9 @@ class JobQueue:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.close()
+            await asyncio.sleep(0)  # the finished jobs' _push_done callbacks run first
+        if self._pending is not None:
+            self._pending.close()
+            self._pending = None
         if self._pool is not None:
             await self._pool.aclose()

@@ -3,8 +3,8 @@
 A completed reply, an approval request, a clarification and a cron delivery are pushed
 only if no device acknowledged the event (iris `ack`/`read.receipt`, or a later hello
 cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. The push is
-queued at once as a job deferred by that delay (arq keeps it in Redis, so a restart of
-the gateway does not drop it); the job checks the acks the plugin records before each
+queued at once as a job deferred by that delay (arq keeps it in Redis, and embedded
+``pending_pushes.db`` remembers it, so a restart of the gateway does not drop it); the job checks the acks the plugin records before each
 send attempt, so an ack during the delay cancels it. Payloads carry no message content
 unless `ANDROID_PUSH_PREVIEW` is on. The send itself is an idempotent worker job (arq in
 scaled mode, the same job function in-process in embedded mode).

@@ -6,11 +6,11 @@ process. It builds the same ``ctx`` (resources under ``ctx["hdg"]``, ``job_id``,
 raise, applies the same per-job timeouts and max tries, and keeps the queues apart:
 each queue has its own concurrency limit, so transcodes never hold up pushes.
 
-Differences from arq, by design: nothing is durable (jobs still queued, deferred or
-backing off when the process stops are lost, a push delay included; devices replay
-what they missed when they reconnect), and duplicates
-are dropped only while a job with the same id is pending or running (the idempotency
-store then covers finished ones).
+Differences from arq, by design: the runner itself keeps nothing on disk (jobs still
+queued, deferred or backing off when the process stops end as :class:`JobCancelled`, so
+an owner that must outlive a restart keeps its own record: the plugin does for deferred
+pushes, ``gateway_plugin.pending_pushes``), and duplicates are dropped only while a job
+with the same id is pending or running (the idempotency store then covers finished ones).
 
 Usage::
 
@@ -39,7 +39,7 @@ from .jobs import MAINTENANCE_QUEUE, MEDIA_QUEUE, PUSH_QUEUE, JobSpec, job_specs
 from .push.acks import AckLedger
 from .push.dead_tokens import DeadTokenRegistry
 
-__all__ = ["InProcessJob", "InProcessRunner", "JobFailed"]
+__all__ = ["InProcessJob", "InProcessRunner", "JobCancelled", "JobFailed"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ class JobFailed(RuntimeError):
     """The job raised, timed out or ran out of tries (like arq's failed job result)."""
 
 
+class JobCancelled(JobFailed):
+    """The runner closed before the job finished: it never ran to an outcome of its own."""
+
+
 class InProcessJob:
     """A handle on a submitted job."""
 
@@ -58,6 +62,18 @@ class InProcessJob:
         self.function = function
         self.tries = 0
         self._done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def add_done_callback(self, callback: Callable[[InProcessJob], None]) -> None:
+        """Call ``callback(job)`` once the job has its outcome (at once if it has)."""
+        self._done.add_done_callback(lambda _: callback(self))
+
+    def cancelled_at_shutdown(self) -> bool:
+        """Finished because the runner closed, not by running to an outcome."""
+        return (
+            self._done.done()
+            and not self._done.cancelled()
+            and isinstance(self._done.exception(), JobCancelled)
+        )
 
     async def result(self, timeout: float | None = None) -> Any:
         """The job's return value; raises :class:`JobFailed` if it failed."""
@@ -210,7 +226,7 @@ class InProcessRunner:
             if self._jobs.get(job_id) is job:
                 del self._jobs[job_id]
             if task.cancelled():
-                job._finish(error=JobFailed(f"{job_id} cancelled at shutdown"))
+                job._finish(error=JobCancelled(f"{job_id} cancelled at shutdown"))
 
         return done
 

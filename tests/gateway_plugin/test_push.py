@@ -21,6 +21,7 @@ from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
 from gateway_plugin.jobs import JobQueue
+from gateway_plugin.pending_pushes import PendingPushes
 from tests.gateway_plugin.plugin_parts import new_controller
 from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
@@ -291,6 +292,75 @@ async def test_only_an_ack_that_moves_the_mark_is_written_to_the_ack_ledger(
     await rig.hello("tablet")  # answered, so the unanswered acks before it were carried out
     await eventually(lambda: not rig.controller.push._ack_writes, "the ledger writes done")
     assert written == [first, second]
+
+
+async def test_a_delayed_push_outlives_a_restart_of_the_embedded_gateway(
+    make_rig: Callable[..., Any], fcm: FakeFcm
+) -> None:
+    bus = MemoryBus()
+    rig: _Rig = await make_rig(bus, push_delay_s=1.0)
+    rig.controller.devices.seen("phone", fcm_token="phone-token")
+    await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
+    rig.reply_event()  # someone is online: the push waits a second for an ack
+    await rig.decided()
+    await rig.controller.stop()  # ...and the gateway restarts meanwhile
+    assert fcm.deliveries("phone-token") == []
+
+    await make_rig(bus, push_delay_s=1.0)
+    await eventually(lambda: fcm.deliveries("phone-token"), "the push after the restart")
+    await asyncio.sleep(0.3)
+    assert len(fcm.deliveries("phone-token")) == 1
+
+
+async def test_a_push_left_waiting_is_not_sent_once_its_event_was_read(
+    make_rig: Callable[..., Any], fcm: FakeFcm
+) -> None:
+    bus = MemoryBus()
+    rig: _Rig = await make_rig(bus, push_delay_s=1.5)
+    await rig.hello("phone", fcm_token="phone-token")
+    await rig.hello("laptop")
+    await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
+    skipped = pushes_skipped_as_read()
+    cursor = rig.reply_event()
+    await rig.decided()
+    await rig.controller.stop()
+
+    assert rig.controller.jobs.waiting_pushes() == 0  # closed: the file holds it
+
+    again: _Rig = await make_rig(bus, push_delay_s=1.5)
+    await eventually(lambda: again.controller.jobs.waiting_pushes() == 1, "the push queued again")
+    await again.command("laptop", "ack", cursor=cursor)  # read before the push came due
+    await eventually(lambda: pushes_skipped_as_read() == skipped + 1, "the push to stand down")
+    assert fcm.deliveries("phone-token") == []
+    await eventually(lambda: again.controller.jobs.waiting_pushes() == 0, "its record gone")
+
+
+async def test_pushes_left_waiting_are_dropped_when_push_was_turned_off(
+    make_rig: Callable[..., Any], fcm: FakeFcm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus = MemoryBus()
+    rig: _Rig = await make_rig(bus, push_delay_s=30.0)
+    rig.controller.devices.seen("phone", fcm_token="phone-token")
+    await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
+    rig.reply_event()
+    await rig.decided()
+    await rig.controller.stop()
+    kept = PendingPushes(tmp_path / "android" / "pending_pushes.db")
+    assert [push.body["device_id"] for push in kept.all()] == ["phone"]
+    kept.close()
+
+    monkeypatch.setenv("ANDROID_PUSH_BACKEND", "none")
+    controller = new_controller(bus, tmp_path, tenant=TENANT, token=TOKEN)
+    await controller.start()
+    assert controller.push.submit is None
+    try:
+        await eventually(lambda: controller.jobs.waiting_pushes() == 0, "the records dropped")
+    finally:
+        await controller.stop()
+    monkeypatch.setenv("ANDROID_PUSH_BACKEND", "fcm")
+    await make_rig(bus, push_delay_s=0.1)  # push back on: nothing was kept to send
+    await asyncio.sleep(0.5)
+    assert fcm.deliveries("phone-token") == []
 
 
 # -- scaled: pushes are arq jobs in Redis ----------------------------------------------------

@@ -16,7 +16,7 @@ from tests.workers.fake_services import FakeFcm, FcmScript
 from tests.workers.helpers import notification
 from tests.workers.media import samples
 from workers.config import WorkerConfig
-from workers.inprocess import InProcessRunner, JobFailed
+from workers.inprocess import InProcessJob, InProcessRunner, JobCancelled, JobFailed
 
 Runner = Callable[..., InProcessRunner]
 
@@ -174,8 +174,34 @@ async def test_close_cancels_what_outlives_the_grace_period(
     await asyncio.sleep(0.05)
     await runner.close(wait=0.1)
     assert job is not None
-    with pytest.raises(JobFailed, match="cancelled"):
+    with pytest.raises(JobCancelled, match="cancelled"):
         await job.result(timeout=1)
+    assert job.cancelled_at_shutdown()
+
+
+async def test_a_deferred_job_the_runner_closes_on_is_told_apart_from_one_that_ran(
+    make_runner: Runner, fcm: FakeFcm
+) -> None:
+    runner = make_runner()
+    await runner.start()
+    outcomes: list[tuple[str, bool]] = []
+
+    def note(job: InProcessJob) -> None:
+        outcomes.append((job.job_id, job.cancelled_at_shutdown()))
+
+    ran = runner.submit_push(notification(idempotency_key="now"))
+    waiting = runner.submit_push(notification(idempotency_key="later"), defer=60)
+    assert ran is not None and waiting is not None
+    ran.add_done_callback(note)
+    waiting.add_done_callback(note)
+    assert (await ran.result(timeout=5))["outcome"] == "delivered"
+    await runner.close(wait=0.1)
+    await asyncio.sleep(0)
+    assert outcomes == [("push:now", False), ("push:later", True)]
+    late: list[str] = []
+    ran.add_done_callback(lambda job: late.append(job.job_id))  # already done: called soon
+    await asyncio.sleep(0)
+    assert late == ["push:now"]
 
 
 async def test_a_job_over_its_timeout_fails(make_runner: Runner, fcm: FakeFcm) -> None:
