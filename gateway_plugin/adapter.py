@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,11 @@ from . import hermes_bridge as hb
 from .adapter_media import MediaSendsMixin
 from .channel_store import ChannelError
 from .controller import Controller
+from .shutdown import Deadline, disconnect_budget
 
 log = logging.getLogger("hdg.plugin")
+# The embedded edge closes its devices with 1001 and waits for them (uvicorn: 5 s at most).
+EDGE_STOP_WAIT_S = 8.0
 
 Lane = tuple[str, str | None]
 SendResult = hb.SendResult
@@ -137,18 +141,22 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         log.info("android edge listening on %s:%d (embedded)", settings.ws_host, settings.ws_port)
         return True
 
-    async def _stop_embedded_edge(self) -> None:
+    async def _stop_embedded_edge(self, deadline: Deadline | None = None) -> None:
         if self._server is not None:
             self._server.should_exit = True
             if self._server_task is not None:
+                wait = deadline.left(EDGE_STOP_WAIT_S) if deadline else EDGE_STOP_WAIT_S
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(self._server_task, 8)
+                    await asyncio.wait_for(self._server_task, wait)
             self._server = None
 
     async def disconnect(self) -> None:
-        await self._stop_embedded_edge()
+        # Within the time Hermes allows (shutdown.py): past it Hermes cancels this, and
+        # nothing after the wait that overran would be closed in order.
+        deadline = Deadline(disconnect_budget(os.environ))
+        await self._stop_embedded_edge(deadline)
         if self.controller is not None:
-            await self.controller.stop()
+            await self.controller.stop(deadline)
         if self._locked is not None:
             hb.release_locks(*self._locked)
             self._locked = None

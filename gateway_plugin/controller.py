@@ -35,6 +35,7 @@ from .ports import AgentPort
 from .preferences import Preferences
 from .push import PushScheduler, push_submitter
 from .search import SearchIndex
+from .shutdown import Deadline
 from .titles import PendingTitles, clean_generated_title
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
@@ -198,11 +199,13 @@ class Controller:
         """How long a command may wait in the stream and still be carried out."""
         return self.settings.outbox_retention_hours * 3600
 
-    async def stop(self) -> None:
+    async def stop(self, deadline: Deadline | None = None) -> None:
+        """Stop, waiting for the pushes being queued and the jobs running; with a
+        `deadline`, no longer than it leaves (what is cut short is kept or retried)."""
         self.running = False
         admin.detach(self)
-        await self.push.close()
-        await self.jobs.close()
+        await self.push.close(deadline)
+        await self.jobs.close(deadline)
         if self._doorbell_repair is not None:
             self._tasks.append(self._doorbell_repair)
             self._doorbell_repair = None

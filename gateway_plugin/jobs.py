@@ -13,6 +13,7 @@ from typing import Any
 from canonical.settings import GatewaySettings
 
 from .pending_pushes import PendingPushes, remaining_delay
+from .shutdown import Deadline
 
 log = logging.getLogger("hdg.plugin.jobs")
 
@@ -183,9 +184,11 @@ class JobQueue:
             return dict(result) if isinstance(result, dict) else None
         return None
 
-    async def close(self) -> None:
+    async def close(self, deadline: Deadline | None = None) -> None:
+        """Stop; running jobs get HDG_JOB_COMPLETION_WAIT, or what `deadline` leaves."""
         if self._runner is not None:
-            await self._runner.close()
+            wait = self._runner.config.job_completion_wait
+            await self._runner.close(deadline.left(wait) if deadline else wait)
             await asyncio.sleep(0)  # the finished jobs' _push_done callbacks run first
         if self._pending is not None:
             self._pending.close()

@@ -25,12 +25,14 @@ if TYPE_CHECKING:
     from .controller import Controller
     from .devices import Device
     from .jobs import JobQueue
+    from .shutdown import Deadline
 
 log = logging.getLogger("hdg.plugin.push")
 
 Json = dict[str, Any]
 Submit = Callable[[Json, float], Awaitable[None]]  # a push, and its delay in seconds
 CLOSE_WAIT_S = 5.0
+ACK_WRITES_WAIT_S = 2.0
 
 PREVIEW_CHARS = 120
 _TITLES = {
@@ -248,17 +250,19 @@ class PushScheduler:
         except Exception:
             log.warning("could not clear an old dead-token report", exc_info=True)
 
-    async def close(self) -> None:
+    async def close(self, deadline: Deadline | None = None) -> None:
         # Deciding and queueing takes milliseconds (the delay is the job's): let the
         # pushes of the last events get queued rather than drop them at shutdown.
         pending = set(self.pending.values())
         if pending:
-            await asyncio.wait(pending, timeout=CLOSE_WAIT_S)
+            wait = deadline.left(CLOSE_WAIT_S) if deadline else CLOSE_WAIT_S
+            await asyncio.wait(pending, timeout=wait)
         for task in list(self.pending.values()):
             task.cancel()
         self.pending.clear()
         if self._ack_writes:  # short: let them land before the job queue closes
-            await asyncio.wait(set(self._ack_writes), timeout=2.0)
+            wait = deadline.left(ACK_WRITES_WAIT_S) if deadline else ACK_WRITES_WAIT_S
+            await asyncio.wait(set(self._ack_writes), timeout=wait)
 
 
 def push_submitter(settings: Any, jobs: JobQueue) -> Submit | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from canonical.settings import load_settings
 from gateway_plugin.controller import Controller
 from gateway_plugin.jobs import JobQueue
 from gateway_plugin.pending_pushes import PendingPushes
+from gateway_plugin.shutdown import Deadline
 from tests.gateway_plugin.plugin_parts import new_controller
 from tests.harness.processes import RedisServer
 from tests.workers.fake_services import FakeFcm, FcmScript, running_fcm
@@ -361,6 +363,26 @@ async def test_pushes_left_waiting_are_dropped_when_push_was_turned_off(
     await make_rig(bus, push_delay_s=0.1)  # push back on: nothing was kept to send
     await asyncio.sleep(0.5)
     assert fcm.deliveries("phone-token") == []
+
+
+async def test_a_stop_in_a_hurry_cuts_a_slow_push_short_and_the_next_process_sends_it(
+    make_rig: Callable[..., Any], fcm: FakeFcm
+) -> None:
+    fcm.send_delay = 6.0  # an FCM that answers slowly: the job is still sending at stop
+    bus = MemoryBus()
+    rig: _Rig = await make_rig(bus)
+    rig.controller.devices.seen("phone", fcm_token="phone-token")
+    rig.reply_event()  # nobody online: pushed at once
+    await eventually(lambda: fcm.attempts["phone-token"] == 1, "the slow send under way")
+
+    started = time.monotonic()
+    await rig.controller.stop(Deadline(1.5))  # Hermes' budget, as shutdown.py reads it
+    assert time.monotonic() - started < 3.0  # not the 6 s the send takes
+
+    fcm.send_delay = 0.0
+    await make_rig(bus)
+    await eventually(lambda: fcm.attempts["phone-token"] == 2, "the push sent again")
+    await eventually(lambda: fcm.deliveries("phone-token"), "its delivery")
 
 
 # -- scaled: pushes are arq jobs in Redis ----------------------------------------------------
