@@ -39,8 +39,10 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
     c = controller
     closes: dict[int, Json] = {}
     gated: list[Json] = []
+    allowed = c.settings.allowed_user_ids  # parsed from settings: once per batch
+    everyone = not allowed or c.settings.allow_all_users
     for command in commands:
-        if _allowed(c, command):
+        if everyone or str(command.get("device_id")) in allowed:
             gated.append(command)
         else:
             frame = error_body("unauthorized", "this device is not allowed", _request_id(command))
@@ -61,6 +63,7 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
     # neither parses nor encodes it again.
     directory = dumps(c.commands.directory()) if welcome else "[]"
     replies: list[tuple[Json, Json, str]] = []
+    ts = now_iso()  # the batch is answered at one instant
     for command in commands:
         close = closes.get(id(command))
         if close is not None:
@@ -74,10 +77,11 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             "device_id": str(command.get("device_id")),
             "sync_cursor": head,
             "gap": cursor is not None and cursor < trimmed_upto,
-            "ts": now_iso(),
+            "ts": ts,
         }
-        if _request_id(command) is not None:
-            ack["request_id"] = _request_id(command)
+        request_id = _request_id(command)
+        if request_id is not None:
+            ack["request_id"] = request_id
         text = ack_text(ack, directory)
         if cursor is None:
             # A fresh device starts at the head: older events are history, not a gap.
@@ -93,15 +97,6 @@ def ack_text(ack: Json, directory: str) -> str:
     """The iris ``hello.ack`` frame: ``ack``'s fields and the encoded directory as
     ``channels``."""
     return dumps(ack)[:-1] + ',"channels":' + directory + "}"
-
-
-def _allowed(controller: Controller, command: Json) -> bool:
-    allowed = controller.settings.allowed_user_ids
-    return (
-        not allowed
-        or str(command.get("device_id")) in allowed
-        or controller.settings.allow_all_users
-    )
 
 
 def _cursor(command: Json) -> int | None:
