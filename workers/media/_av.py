@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +47,9 @@ def ffmpeg_errors(what: str) -> Iterator[None]:
     except MediaError:
         raise
     except (av.error.FFmpegError, OSError, ValueError, EOFError) as exc:
+        if getattr(exc, "errno", None) == errno.ENOMEM or isinstance(exc, MemoryError):
+            # The transcoder's memory cap (workers.media.child), not a broken file.
+            raise MediaError("too_large", f"{what} needs more memory than allowed") from None
         raise MediaError("corrupt", f"{what} failed: {_describe(exc)}") from None
 
 

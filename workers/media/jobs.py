@@ -2,13 +2,14 @@
 
 Job payload: ``{idempotency_key, kind: image|audio|video, src_path, out_dir}``. Both
 paths are server-generated; the job still confines them to the media root
-(``HDG_MEDIA_ROOT``) and refuses anything else. The transcoder runs in a thread
-(``asyncio.to_thread``) so the event loop keeps serving other jobs, and writes every
-output atomically, so a re-run after a crash replaces outputs whole.
+(``HDG_MEDIA_ROOT``) and refuses anything else. The transcoder runs in a process of its
+own (``workers.media.isolated``), capped at ``HDG_MEDIA_MAX_MEMORY_MB``, so the event loop
+keeps serving other jobs and a file that would need more fails as ``too_large`` instead
+of growing this process; it writes every output atomically, so a re-run after a crash
+replaces outputs whole.
 
-A transcode that outlives ``HDG_MEDIA_JOB_TIMEOUT`` fails the job, but its thread
-cannot be interrupted and finishes in the background; a re-run racing it is harmless
-because both write whole files and ``os.replace`` is atomic (last writer wins).
+A transcode that outlives ``HDG_MEDIA_JOB_TIMEOUT`` fails the job and its process is
+killed.
 
 Returns ``{"outcome": "done", "kind": ..., "outputs": {name: path relative to the
 media root}, ...}`` or ``{"outcome": "failed", "code": corrupt|too_large|unsupported|
@@ -17,7 +18,6 @@ unsafe_path|bad_payload|not_configured, "reason": ...}``; never raises for bad i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +28,7 @@ from ..context import resources
 from ..errors import JobPayloadError, MediaError, UnsafePathError
 from ..metrics import JOB_DURATION
 from ..paths import confine
+from .isolated import transcode_in_child
 from .limits import MediaLimits
 
 __all__ = ["TRANSCODERS", "media_transcode"]
@@ -86,7 +87,9 @@ async def media_transcode(ctx: dict[str, Any], job: dict[str, Any]) -> dict[str,
             return _failed("unsafe_path", str(exc))
 
         try:
-            produced = await asyncio.to_thread(TRANSCODERS[kind], src, out, limits_from(res.config))
+            produced = await transcode_in_child(
+                kind, src, out, limits_from(res.config), res.config.media_max_memory_mb
+            )
         except MediaError as exc:
             log.info("media job %s failed: %s", key, exc)
             return {**_failed(exc.code, exc.message), "kind": kind}

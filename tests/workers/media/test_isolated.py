@@ -1,0 +1,100 @@
+"""workers.media.isolated: each transcode in a process of its own, capped and killable."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.workers.media import samples
+from workers.errors import MediaError
+from workers.media.isolated import outcome, transcode_in_child
+from workers.media.limits import MediaLimits
+
+
+def test_a_reported_result_gives_its_outputs_back_as_paths() -> None:
+    report = b'{"paths": {"thumbnail": "/m/d/thumb.jpg"}, "details": {"width": 512}}\n'
+    assert outcome(report, 0) == {"thumbnail": Path("/m/d/thumb.jpg"), "width": 512}
+
+
+def test_a_reported_media_error_is_raised_with_its_code() -> None:
+    with pytest.raises(MediaError) as raised:
+        outcome(b'{"error": {"code": "too_large", "reason": "big"}}', 0)
+    assert (raised.value.code, raised.value.message) == ("too_large", "big")
+
+
+def test_a_code_the_job_does_not_know_becomes_corrupt() -> None:
+    with pytest.raises(MediaError) as raised:
+        outcome(b'{"error": {"code": "exploded", "reason": "?"}}', 0)
+    assert raised.value.code == "corrupt"
+
+
+def test_a_child_killed_without_an_outcome_fails_the_file_and_says_how() -> None:
+    with pytest.raises(MediaError, match="killed by SIGKILL") as raised:
+        outcome(b"", -9)
+    assert raised.value.code == "corrupt"
+
+
+@given(st.binary(max_size=200), st.one_of(st.none(), st.integers(-64, 255)))
+def test_whatever_a_child_writes_is_a_result_or_a_media_error(
+    stdout: bytes, returncode: int | None
+) -> None:
+    try:
+        result = outcome(stdout, returncode)
+    except MediaError as exc:
+        assert exc.code in ("corrupt", "too_large", "unsupported")
+    else:
+        assert isinstance(result, dict)
+
+
+async def test_frames_needing_more_than_the_memory_cap_are_too_large(tmp_path: Path) -> None:
+    # 108 MP frames after a small first one: under this pixel cap, over this memory cap.
+    src = samples.mjpeg_growing(tmp_path / "clip.mkv", (320, 240), (12000, 9000), count=2)
+    limits = MediaLimits(max_pixels=200_000_000)
+    with pytest.raises(MediaError) as raised:
+        await transcode_in_child("video", src, tmp_path / "capped", limits, memory_mb=400)
+    assert raised.value.code == "too_large"
+    # With room to decode it, the same file is a video like any other...
+    result = await transcode_in_child("video", src, tmp_path / "roomy", limits, memory_mb=2048)
+    assert result["frames"] == 3 and result["preview"].is_file()
+    # ...and an ordinary video fits the small cap.
+    small = samples.video(tmp_path / "small.mp4", seconds=1.0, size=(640, 360), audio=False)
+    ordinary = await transcode_in_child("video", small, tmp_path / "small", MediaLimits(), 400)
+    assert ordinary["preview"].is_file()
+
+
+def _transcoder_children() -> list[int]:
+    """This process's children running workers.media.child."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent == os.getpid() and b"workers.media.child" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_a_transcode_whose_job_is_cancelled_is_killed_with_it(tmp_path: Path) -> None:
+    src = samples.video(tmp_path / "long.mp4", seconds=6.0, size=(1280, 720), audio=False)
+    limits = MediaLimits(preview_seconds=6.0)
+    task = asyncio.create_task(transcode_in_child("video", src, tmp_path / "out", limits, 2048))
+    for _ in range(200):
+        if _transcoder_children():
+            break
+        await asyncio.sleep(0.01)
+    assert _transcoder_children(), "the transcode runs in a child"
+    task.cancel()  # what a job timeout or a stopping worker does
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _transcoder_children() == []
+    assert not any((tmp_path / "out").glob("*.mp4"))

@@ -1,0 +1,64 @@
+"""The transcoder's own process: ``python -m workers.media.child``.
+
+Reads one request (JSON) on stdin, caps its own memory (``RLIMIT_DATA``), runs the
+transcoder and writes one outcome (JSON) on stdout. Decoders allocate a frame before
+anything can check its size, and a thread cannot be stopped: in a process of its own a
+hostile or huge file fails on its cap (``too_large``) instead of growing the worker (or,
+embedded, the Hermes gateway itself), and a job timeout kills it outright.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+MIB = 1024 * 1024
+
+
+def cap_memory(megabytes: int) -> None:
+    """Cap this process's data segment and anonymous mappings (0: no cap)."""
+    if megabytes > 0:
+        limit = megabytes * MIB
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    # Imported after the cap: what they map counts against it too.
+    from ..errors import MediaError
+    from .jobs import TRANSCODERS
+    from .limits import MediaLimits
+
+    limits = MediaLimits(max_pixels=request["max_pixels"], max_seconds=request["max_seconds"])
+    try:
+        produced = TRANSCODERS[request["kind"]](Path(request["src"]), Path(request["out"]), limits)
+    except MediaError as exc:
+        return {"error": {"code": exc.code, "reason": exc.message}}
+    except MemoryError:
+        reason = f"decoding it needs more than HDG_MEDIA_MAX_MEMORY_MB ({request['memory_mb']} MB)"
+        return {"error": {"code": "too_large", "reason": reason}}
+    paths = {k: str(v) for k, v in produced.items() if isinstance(v, Path)}
+    details = {k: v for k, v in produced.items() if not isinstance(v, Path)}
+    return {"paths": paths, "details": details}
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.readline())
+    cap_memory(int(request["memory_mb"]))
+    try:
+        outcome = run(request)
+    except MemoryError:  # where nothing could even be reported above: say so plainly
+        outcome = {"error": {"code": "too_large", "reason": "out of memory while transcoding"}}
+    except Exception as exc:  # a transcoder bug or an unforeseen decoder failure
+        outcome = {
+            "error": {"code": "corrupt", "reason": f"the transcoder failed ({type(exc).__name__})"}
+        }
+    sys.stdout.write(json.dumps(outcome) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
