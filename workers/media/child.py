@@ -28,8 +28,8 @@ def cap_memory(megabytes: int) -> None:
 def run(request: dict[str, Any]) -> dict[str, Any]:
     # Imported after the cap: what they map counts against it too.
     from ..errors import MediaError
-    from .jobs import TRANSCODERS
     from .limits import MediaLimits
+    from .transcoders import TRANSCODERS
 
     limits = MediaLimits(max_pixels=request["max_pixels"], max_seconds=request["max_seconds"])
     try:

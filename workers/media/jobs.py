@@ -19,7 +19,6 @@ unsafe_path|bad_payload|not_configured, "reason": ...}``; never raises for bad i
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +29,11 @@ from ..metrics import JOB_DURATION
 from ..paths import confine
 from .isolated import transcode_in_child
 from .limits import MediaLimits
+from .transcoders import TRANSCODERS
 
 __all__ = ["TRANSCODERS", "media_transcode"]
 
 log = logging.getLogger(__name__)
-
-Transcoder = Callable[[Path, Path, MediaLimits], dict[str, Any]]
-
-
-def _image(src: Path, out: Path, limits: MediaLimits) -> dict[str, Any]:
-    from .image import make_thumbnail
-
-    return make_thumbnail(src, out, limits)
-
-
-def _audio(src: Path, out: Path, limits: MediaLimits) -> dict[str, Any]:
-    from .audio import transcode_voice
-
-    return transcode_voice(src, out, limits)
-
-
-def _video(src: Path, out: Path, limits: MediaLimits) -> dict[str, Any]:
-    from .video import make_video_preview
-
-    return make_video_preview(src, out, limits)
-
-
-TRANSCODERS: dict[str, Transcoder] = {"image": _image, "audio": _audio, "video": _video}
 
 
 def limits_from(config: WorkerConfig) -> MediaLimits:

@@ -56,14 +56,14 @@ async def test_frames_needing_more_than_the_memory_cap_are_too_large(tmp_path: P
     src = samples.mjpeg_growing(tmp_path / "clip.mkv", (320, 240), (12000, 9000), count=2)
     limits = MediaLimits(max_pixels=200_000_000)
     with pytest.raises(MediaError) as raised:
-        await transcode_in_child("video", src, tmp_path / "capped", limits, memory_mb=400)
+        await transcode_in_child("video", src, tmp_path / "capped", limits, memory_mb=260)
     assert raised.value.code == "too_large"
     # With room to decode it, the same file is a video like any other...
     result = await transcode_in_child("video", src, tmp_path / "roomy", limits, memory_mb=2048)
     assert result["frames"] == 3 and result["preview"].is_file()
     # ...and an ordinary video fits the small cap.
     small = samples.video(tmp_path / "small.mp4", seconds=1.0, size=(640, 360), audio=False)
-    ordinary = await transcode_in_child("video", small, tmp_path / "small", MediaLimits(), 400)
+    ordinary = await transcode_in_child("video", small, tmp_path / "small", MediaLimits(), 260)
     assert ordinary["preview"].is_file()
 
 
