@@ -13,7 +13,9 @@ subprocess so memory figures are not polluted by earlier runs:
 * ``hwm_delta_mib``: the same from ``/proc/self/status`` (``VmHWM`` reset through
   ``clear_refs`` just before the transcode, minus ``VmRSS`` then) -- native buffers of
   FFmpeg/Pillow/libx264 included, page-accurate;
-* ``tracemalloc_peak_mib``: peak of Python-level allocations during the transcode.
+* ``tracemalloc_peak_mib``: peak of Python-level allocations during the transcode;
+* ``job_median_seconds``: the same transcode as a job runs it, in a capped child process
+  of its own (``workers.media.isolated``), start-up included: what a device waits.
 
 Writes bench/results/media.json.
 """
@@ -77,8 +79,8 @@ def _vm(field: str) -> int:
 def run_one(kind: str, src: str, out: str) -> dict[str, Any]:
     """Executed in the child process."""
     from workers.media import audio, image, video  # noqa: F401  (imports are not the transcode)
-    from workers.media.jobs import TRANSCODERS
     from workers.media.limits import MediaLimits
+    from workers.media.transcoders import TRANSCODERS
 
     transcode = TRANSCODERS[kind]
     Path(src).stat()
@@ -107,6 +109,18 @@ def run_one(kind: str, src: str, out: str) -> dict[str, Any]:
         "output_bytes": outputs,
         "result": {k: v for k, v in result.items() if not isinstance(v, Path)},
     }
+
+
+def _job_seconds(kind: str, src: Path, out: Path) -> float:
+    """Wall time of the transcode the way a job runs it (child process included)."""
+    import asyncio
+
+    from workers.media.isolated import transcode_in_child
+    from workers.media.limits import MediaLimits
+
+    started = time.perf_counter()
+    asyncio.run(transcode_in_child(kind, src, out, MediaLimits(), 2048))
+    return time.perf_counter() - started
 
 
 def main() -> None:
@@ -152,9 +166,14 @@ def main() -> None:
                     cwd=REPO,
                 )
                 runs.append(json.loads(child.stdout))
+            job_seconds = [
+                _job_seconds(kind, Path(inputs[case]["path"]), workdir / f"job-{case}-{n}")
+                for n in range(args.repeat)
+            ]
             summary = {
                 "input": {k: v for k, v in inputs[case].items() if k != "path"},
                 "median_seconds": statistics.median(r["seconds"] for r in runs),
+                "job_median_seconds": round(statistics.median(job_seconds), 4),
                 "median_cpu_seconds": statistics.median(r["cpu_seconds"] for r in runs),
                 "max_ru_maxrss_delta_mib": max(r["ru_maxrss_delta_mib"] for r in runs),
                 "max_hwm_delta_mib": max(r["hwm_delta_mib"] for r in runs),
@@ -167,6 +186,7 @@ def main() -> None:
                 f"(cpu {summary['median_cpu_seconds']:.3f} s), "
                 f"peak RSS +{summary['max_hwm_delta_mib']} MiB (ru_maxrss +{summary['max_ru_maxrss_delta_mib']}), "
                 f"tracemalloc peak {summary['max_tracemalloc_peak_mib']} MiB, "
+                f"as a job {summary['job_median_seconds']:.3f} s, "
                 f"input {summary['input']['bytes'] / 2**20:.1f} MiB"
             )
     results = REPO / "bench" / "results"
