@@ -9,13 +9,29 @@ embedded, the Hermes gateway itself), and a job timeout kills it outright.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import resource
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent: int) -> None:
+    """Be killed when the worker that started us dies, even by SIGKILL: an orphaned
+    transcode would run on with nobody to take its outcome (Linux; elsewhere a no-op)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
 
 
 def cap_memory(megabytes: int) -> None:
@@ -46,6 +62,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     request = json.loads(sys.stdin.readline())
+    die_with_parent(int(request["parent"]))
     cap_memory(int(request["memory_mb"]))
     try:
         outcome = run(request)

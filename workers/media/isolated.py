@@ -1,7 +1,8 @@
 """Running a transcoder in its own process (``workers.media.child``) from a job.
 
 The job awaits the child; if the job is cancelled (its timeout, a worker stopping), the
-child is killed, so a transcode never outlives its job. A child that dies without an
+child is killed, and if the worker dies (even by SIGKILL) the kernel kills the child, so
+a transcode never outlives its job. A child that dies without an
 outcome (killed by the kernel, a decoder crash) fails the file as ``corrupt``.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -36,6 +38,7 @@ async def transcode_in_child(
         "max_pixels": limits.max_pixels,
         "max_seconds": limits.max_seconds,
         "memory_mb": memory_mb,
+        "parent": os.getpid(),  # the child dies with this process (child.die_with_parent)
     }
     child = await asyncio.create_subprocess_exec(
         sys.executable,

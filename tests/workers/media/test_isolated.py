@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,21 +68,31 @@ async def test_frames_needing_more_than_the_memory_cap_are_too_large(tmp_path: P
     assert ordinary["preview"].is_file()
 
 
-def _transcoder_children() -> list[int]:
-    """This process's children running workers.media.child."""
+def _transcoder_children(parent: int | None = None) -> list[int]:
+    """The children of `parent` (this process) running workers.media.child, zombies not
+    counted (whoever adopted an orphan may not reap it at once)."""
+    parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
+            stat = (entry / "stat").read_text(encoding="utf-8", errors="replace")
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent == os.getpid() and b"workers.media.child" in cmdline:
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == parent and state != "Z" and b"workers.media.child" in cmdline:
             found.append(int(entry.name))
     return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 async def test_a_transcode_whose_job_is_cancelled_is_killed_with_it(tmp_path: Path) -> None:
@@ -98,3 +109,40 @@ async def test_a_transcode_whose_job_is_cancelled_is_killed_with_it(tmp_path: Pa
         await task
     assert _transcoder_children() == []
     assert not any((tmp_path / "out").glob("*.mp4"))
+
+
+WORKER = """
+import asyncio, sys
+from pathlib import Path
+from workers.media.isolated import transcode_in_child
+from workers.media.limits import MediaLimits
+asyncio.run(transcode_in_child("video", Path(sys.argv[1]), Path(sys.argv[2]),
+                               MediaLimits(preview_seconds=12.0), 2048))
+"""
+
+
+async def test_a_transcode_dies_with_a_worker_killed_under_it(tmp_path: Path) -> None:
+    # Seconds of transcoding left when the worker dies; the child must go within one.
+    src = samples.video(tmp_path / "long.mp4", seconds=12.0, size=(1280, 720), audio=False)
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", WORKER, str(src), str(tmp_path / "out")
+    )
+    try:
+        children: list[int] = []
+        for _ in range(500):
+            children = _transcoder_children(worker.pid)
+            if children:
+                break
+            await asyncio.sleep(0.01)
+        assert children, "the worker's transcode runs in a child"
+        worker.kill()  # SIGKILL: the worker gets no chance to clean up
+        await worker.wait()
+        for _ in range(100):
+            if not _alive(children[0]):
+                break
+            await asyncio.sleep(0.01)
+        assert not _alive(children[0]), "the orphaned transcode runs on"
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
