@@ -24,7 +24,7 @@ from . import hermes_bridge as hb
 from .adapter_media import MediaSendsMixin
 from .channel_store import ChannelError
 from .controller import Controller
-from .shutdown import Deadline, disconnect_budget
+from .shutdown import UNBOUNDED, Deadline, disconnect_budget
 
 log = logging.getLogger("hdg.plugin")
 # The embedded edge closes its devices with 1001 and waits for them (uvicorn: 5 s at most).
@@ -141,11 +141,11 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         log.info("android edge listening on %s:%d (embedded)", settings.ws_host, settings.ws_port)
         return True
 
-    async def _stop_embedded_edge(self, deadline: Deadline | None = None) -> None:
+    async def _stop_embedded_edge(self, deadline: Deadline = UNBOUNDED) -> None:
         if self._server is not None:
             self._server.should_exit = True
             if self._server_task is not None:
-                wait = deadline.left(EDGE_STOP_WAIT_S) if deadline else EDGE_STOP_WAIT_S
+                wait = deadline.left(EDGE_STOP_WAIT_S)
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(self._server_task, wait)
             self._server = None

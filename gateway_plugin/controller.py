@@ -20,8 +20,7 @@ from canonical.jsonenc import dumps
 from canonical.protocol import REPLY, now_iso
 from canonical.settings import GatewaySettings
 
-from . import admin, command_once
-from .attachments import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
+from . import admin, command_once, upkeep
 from .attachments import AttachmentRegistry
 from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
 from .command_reader import CommandReader
@@ -35,7 +34,7 @@ from .ports import AgentPort
 from .preferences import Preferences
 from .push import PushScheduler, push_submitter
 from .search import SearchIndex
-from .shutdown import Deadline
+from .shutdown import UNBOUNDED, Deadline
 from .titles import PendingTitles, clean_generated_title
 from .transcript import Transcript
 from .turns import Run, TurnTracker, classify, notice_events
@@ -44,28 +43,9 @@ log = logging.getLogger("hdg.plugin")
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
-HEARTBEAT_S = 3.0
-RETENTION_PERIOD_S = 3600.0
 ADOPT_WINDOW_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
-EXPIRY_SWEEP_S = 30.0  # how late a device learns that a picker expired
-CANCEL_AGAIN_S = 0.5  # stop(): how long a cancelled task may take before it is cancelled again
-
-
-async def _cancel_all(tasks: list[asyncio.Task[None]]) -> None:
-    """Cancel the tasks and wait until each has ended. A task is cancelled again while it
-    runs on: Python 3.11's asyncio.wait_for (which redis-py's socket writes go through)
-    swallows a cancel that lands as the call it waits for completes, and the command
-    consumer would then read on for ever, and stop() with it."""
-    pending = set(tasks)
-    while pending:
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
-    for task in tasks:
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("task %s ended with %r", task.get_name(), task.exception())
 
 
 class Controller:
@@ -133,7 +113,7 @@ class Controller:
         await self.bus.register_tenant(self.tenant, self.token)
         # Before the pushes a previous process deferred come due, when Redis answers
         # (otherwise the next ack or push sets it); embedded, those pushes are queued again.
-        self.background(asyncio.create_task(self._resume_pushes(), name="hdg-push-acks"))
+        self.background(asyncio.create_task(upkeep.resume_pushes(self), name="hdg-push-acks"))
         self.running = True
         # Runs the previous process never finished, known before Hermes' start-up restore
         # resumes their turns (it does so before the command reader may start).
@@ -144,41 +124,14 @@ class Controller:
         await self.bus.publish(self.tenant, self._resync_notice())
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
-            asyncio.create_task(self._heartbeat(), name="hdg-heartbeat"),
+            asyncio.create_task(upkeep.heartbeat(self), name="hdg-heartbeat"),
             asyncio.create_task(self.reader.run(), name="hdg-consumer"),
-            asyncio.create_task(self._retention(), name="hdg-retention"),
-            asyncio.create_task(self._attachment_retention(), name="hdg-attachment-retention"),
+            asyncio.create_task(upkeep.outbox_retention(self), name="hdg-retention"),
+            asyncio.create_task(upkeep.attachment_retention(self), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
-            asyncio.create_task(self._expiry_sweep(), name="hdg-expiry-sweep"),
+            asyncio.create_task(upkeep.expiry_sweep(self), name="hdg-expiry-sweep"),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
-
-    async def _resume_pushes(self) -> None:
-        await self.push.sync_acks()
-        resumed = self.jobs.resume_pushes(enabled=self.push.submit is not None)
-        if resumed:
-            log.info("queued %d pushes a previous process left waiting", resumed)
-
-    async def _retention(self) -> None:
-        while True:
-            self.trim_outbox()
-            await asyncio.sleep(RETENTION_PERIOD_S)
-
-    async def _attachment_retention(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.attachments.cleanup)
-            except Exception:
-                log.exception("attachment cleanup failed; retrying in an hour")
-            await asyncio.sleep(ATTACHMENT_CLEANUP_S)
-
-    async def _expiry_sweep(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRY_SWEEP_S)
-            try:
-                self.expire_stale()
-            except Exception:  # a locked outbox: the next sweep retries
-                log.exception("expiring stale pickers failed; retrying")
 
     def expire_stale(self) -> None:
         """Pickers past their expiry, and titles awaited for runs that are gone."""
@@ -199,7 +152,7 @@ class Controller:
         """How long a command may wait in the stream and still be carried out."""
         return self.settings.outbox_retention_hours * 3600
 
-    async def stop(self, deadline: Deadline | None = None) -> None:
+    async def stop(self, deadline: Deadline = UNBOUNDED) -> None:
         """Stop, waiting for the pushes being queued and the jobs running; with a
         `deadline`, no longer than it leaves (what is cut short is kept or retried)."""
         self.running = False
@@ -209,24 +162,13 @@ class Controller:
         if self._doorbell_repair is not None:
             self._tasks.append(self._doorbell_repair)
             self._doorbell_repair = None
-        await _cancel_all(self._tasks)
+        await upkeep.cancel_all(self._tasks)
         self._tasks = []
         self.outbox.close()
         self.channels.close()
         self.search.close()
         self.devices.close()
         self.attachments.close()
-
-    async def _heartbeat(self) -> None:
-        # Short period: after a Redis restart devices cannot authenticate until this runs.
-        while True:
-            await asyncio.sleep(HEARTBEAT_S)
-            try:
-                await self.bus.register_tenant(self.tenant, self.token)
-            except BusUnavailable:
-                log.warning("bus unavailable; tenant heartbeat will retry")
-            except Exception:  # an error reply (out of memory...): the next beat retries
-                log.exception("tenant heartbeat failed; it will retry")
 
     # -- events out
     def emit(self, events: list[Json]) -> list[Json]:

@@ -13,7 +13,7 @@ from typing import Any
 from canonical.settings import GatewaySettings
 
 from .pending_pushes import PendingPushes, remaining_delay
-from .shutdown import Deadline
+from .shutdown import UNBOUNDED, Deadline
 
 log = logging.getLogger("hdg.plugin.jobs")
 
@@ -108,7 +108,7 @@ class JobQueue:
 
     def waiting_pushes(self) -> int:
         """Embedded: pushes queued and not yet at an outcome (0 in scaled mode: Redis)."""
-        return len(self._pending.all()) if self._pending is not None else 0
+        return self._pending.count() if self._pending is not None else 0
 
     def _submit_embedded(self, body: Json, not_before: float) -> None:
         job_id = f"push:{body['idempotency_key']}"
@@ -184,11 +184,10 @@ class JobQueue:
             return dict(result) if isinstance(result, dict) else None
         return None
 
-    async def close(self, deadline: Deadline | None = None) -> None:
+    async def close(self, deadline: Deadline = UNBOUNDED) -> None:
         """Stop; running jobs get HDG_JOB_COMPLETION_WAIT, or what `deadline` leaves."""
         if self._runner is not None:
-            wait = self._runner.config.job_completion_wait
-            await self._runner.close(deadline.left(wait) if deadline else wait)
+            await self._runner.close(deadline.left(self._runner.config.job_completion_wait))
             await asyncio.sleep(0)  # the finished jobs' _push_done callbacks run first
         if self._pending is not None:
             self._pending.close()

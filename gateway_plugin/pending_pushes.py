@@ -54,6 +54,10 @@ class PendingPushes:
         with self._lock:
             self._db.execute("DELETE FROM pending_push WHERE job_id = ?", (job_id,))
 
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT count(*) FROM pending_push").fetchone()[0])
+
     def clear(self) -> int:
         with self._lock:
             return self._db.execute("DELETE FROM pending_push").rowcount

@@ -4,8 +4,9 @@ A completed reply, an approval request, a clarification and a cron delivery are 
 only if no device acknowledged the event (iris `ack`/`read.receipt`, or a later hello
 cursor) within `ANDROID_PUSH_DELAY_S` — zero when no device is online. The push is
 queued at once as a job deferred by that delay (arq keeps it in Redis, and embedded
-``pending_pushes.db`` remembers it, so a restart of the gateway does not drop it); the job checks the acks the plugin records before each
-send attempt, so an ack during the delay cancels it. Payloads carry no message content
+``pending_pushes.db`` remembers it, so a restart of the gateway does not drop it); the
+job checks the acks the plugin records before each send attempt, so an ack during the
+delay cancels it. Payloads carry no message content
 unless `ANDROID_PUSH_PREVIEW` is on. The send itself is an idempotent worker job (arq in
 scaled mode, the same job function in-process in embedded mode).
 """
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from canonical.errors import BusUnavailable
 
+from .shutdown import UNBOUNDED, Deadline
+
 if TYPE_CHECKING:
     from .controller import Controller
     from .devices import Device
     from .jobs import JobQueue
-    from .shutdown import Deadline
 
 log = logging.getLogger("hdg.plugin.push")
 
@@ -250,19 +252,17 @@ class PushScheduler:
         except Exception:
             log.warning("could not clear an old dead-token report", exc_info=True)
 
-    async def close(self, deadline: Deadline | None = None) -> None:
+    async def close(self, deadline: Deadline = UNBOUNDED) -> None:
         # Deciding and queueing takes milliseconds (the delay is the job's): let the
         # pushes of the last events get queued rather than drop them at shutdown.
         pending = set(self.pending.values())
         if pending:
-            wait = deadline.left(CLOSE_WAIT_S) if deadline else CLOSE_WAIT_S
-            await asyncio.wait(pending, timeout=wait)
+            await asyncio.wait(pending, timeout=deadline.left(CLOSE_WAIT_S))
         for task in list(self.pending.values()):
             task.cancel()
         self.pending.clear()
         if self._ack_writes:  # short: let them land before the job queue closes
-            wait = deadline.left(ACK_WRITES_WAIT_S) if deadline else ACK_WRITES_WAIT_S
-            await asyncio.wait(set(self._ack_writes), timeout=wait)
+            await asyncio.wait(set(self._ack_writes), timeout=deadline.left(ACK_WRITES_WAIT_S))
 
 
 def push_submitter(settings: Any, jobs: JobQueue) -> Submit | None:

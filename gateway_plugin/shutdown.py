@@ -43,3 +43,6 @@ class Deadline:
         if self._end is None:
             return cap
         return max(0.0, min(cap, self._end - self._clock()))
+
+
+UNBOUNDED = Deadline(None)  # a stop without a budget: every wait keeps its own cap

@@ -90,8 +90,8 @@ class WorkerConfig(BaseSettings):
     )
     media_max_pixels: int = _env("HDG_MEDIA_MAX_PIXELS", "media_max_pixels", 80_000_000, gt=0)
     media_max_seconds: float = _env("HDG_MEDIA_MAX_SECONDS", "media_max_seconds", 3600.0, gt=0)
-    # Each transcode runs in a process of its own capped at this (RLIMIT_DATA; 0: no cap):
-    # a frame at the 80 MP pixel cap decodes in about 500 MB.
+    # Each transcode runs in a process of its own capped at this (RLIMIT_DATA; 0: no cap);
+    # with the 80 MP pixel cap keep it at 600 MB or more (docs/operations.md).
     media_max_memory_mb: int = _env("HDG_MEDIA_MAX_MEMORY_MB", "media_max_memory_mb", 2048, ge=0)
 
     # -- jobs ------------------------------------------------------------------------

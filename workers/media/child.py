@@ -47,7 +47,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     from .limits import MediaLimits
     from .transcoders import TRANSCODERS
 
-    limits = MediaLimits(max_pixels=request["max_pixels"], max_seconds=request["max_seconds"])
+    limits = MediaLimits(**request["limits"])
     try:
         produced = TRANSCODERS[request["kind"]](Path(request["src"]), Path(request["out"]), limits)
     except MediaError as exc:

@@ -9,19 +9,20 @@ outcome (killed by the kernel, a decoder crash) fails the file as ``corrupt``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from ..errors import MediaError, MediaErrorCode
 from .limits import MediaLimits
 
 __all__ = ["transcode_in_child"]
 
-CODES: tuple[MediaErrorCode, ...] = ("corrupt", "too_large", "unsupported")
+CODES: tuple[MediaErrorCode, ...] = get_args(MediaErrorCode)
 # The outcome is one short JSON line; anything much longer is not one.
 MAX_OUTCOME_BYTES = 1024 * 1024
 
@@ -35,8 +36,7 @@ async def transcode_in_child(
         "kind": kind,
         "src": str(src),
         "out": str(out),
-        "max_pixels": limits.max_pixels,
-        "max_seconds": limits.max_seconds,
+        "limits": dataclasses.asdict(limits),
         "memory_mb": memory_mb,
         "parent": os.getpid(),  # the child dies with this process (child.die_with_parent)
     }

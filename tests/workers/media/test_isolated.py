@@ -52,6 +52,13 @@ def test_whatever_a_child_writes_is_a_result_or_a_media_error(
         assert isinstance(result, dict)
 
 
+async def test_every_limit_the_job_sets_reaches_the_child(tmp_path: Path) -> None:
+    src = samples.png_with_alpha(tmp_path / "photo.png", size=(800, 600))
+    result = await transcode_in_child("image", src, tmp_path / "out", MediaLimits(thumb_size=96), 0)
+    assert max(result["width"], result["height"]) == 96
+    assert result["thumbnail"].is_file()
+
+
 async def test_frames_needing_more_than_the_memory_cap_are_too_large(tmp_path: Path) -> None:
     # 108 MP frames after a small first one: under this pixel cap, over this memory cap.
     src = samples.mjpeg_growing(tmp_path / "clip.mkv", (320, 240), (12000, 9000), count=2)
