@@ -20,6 +20,7 @@ from canonical.settings import GatewaySettings
 
 from .app import EdgeState, build_app
 from .errors import CLOSE_GOING_AWAY
+from .protocols import server_protocols
 
 
 def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvicorn.Config:
@@ -29,7 +30,9 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
     options: dict[str, Any] = {
         "host": settings.ws_host,
         "port": settings.ws_port,
-        "ws": "websockets-sansio",
+        # uvicorn's httptools and websockets-sansio protocols, with the opening
+        # handshake parsed once (edge.protocols).
+        **server_protocols(),
         # Larger than our 2 MiB frame limit so an oversize frame gets a `too_large`
         # error and the connection stays usable; beyond this uvicorn closes with 1009.
         "ws_max_size": 8 * MAX_FRAME_BYTES,

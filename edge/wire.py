@@ -103,11 +103,11 @@ def wire_for(send: Callable[..., Any]) -> UvicornWire | None:
         return None
     kind = type(proto)
     if kind not in _WIRED:
-        if (
-            kind.__name__ != "WebSocketsSansIOProtocol"
-            or kind.__module__ != "uvicorn.protocols.websockets.websockets_sansio_impl"
-            or not all(hasattr(proto, name) for name in ("transport", "writable", "close_sent"))
-        ):
+        if not any(
+            base.__name__ == "WebSocketsSansIOProtocol"
+            and base.__module__ == "uvicorn.protocols.websockets.websockets_sansio_impl"
+            for base in kind.__mro__  # stock, or edge.protocols' subclass
+        ) or not all(hasattr(proto, name) for name in ("transport", "writable", "close_sent")):
             return None
         _WIRED.add(kind)  # its __init__ sets those attributes on every instance
     conn = getattr(proto, "conn", None)

@@ -55,7 +55,17 @@ def config(port: int) -> uvicorn.Config:
     from edge.server import uvicorn_config
 
     settings = load_settings({"token": "floor-peer-token-unused-0000"})
-    return uvicorn_config(app, settings, host="127.0.0.1", port=port, lifespan="on")
+    # uvicorn's stock protocols, not the edge's (edge.protocols): the floor is what the
+    # required server stack costs as it ships.
+    return uvicorn_config(
+        app,
+        settings,
+        host="127.0.0.1",
+        port=port,
+        lifespan="on",
+        http="httptools",
+        ws="websockets-sansio",
+    )
 
 
 if __name__ == "__main__":

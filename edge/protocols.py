@@ -1,0 +1,264 @@
+"""uvicorn's httptools and websockets-sansio protocols, with the opening handshake done once.
+
+Stock uvicorn parses an upgrade request with httptools, writes it back out as bytes, and
+has websockets parse and check it again before building the 101 response header by
+header. ``EdgeHttpProtocol`` hands the websockets-sansio protocol the request httptools
+already parsed; ``EdgeWebSocketProtocol`` answers the common, valid upgrade
+(``edge.handshake``) straight away and gives everything else to the stock code path,
+fed exactly as uvicorn feeds it. After the 101 the socket is uvicorn's websockets-sansio
+protocol on websockets' ``ServerProtocol``, unchanged: framing, pings, flow control,
+closing and shutdown are theirs.
+
+Measured (docs/performance.md, optimisation 18): the stock handshake was about a fifth
+of an edge's CPU per device set-up.
+
+Both classes lean on attributes of uvicorn's classes (``uvicorn`` is pinned);
+tests/edge/test_protocols.py checks they still exist and that both paths answer alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Literal
+from urllib.parse import unquote
+
+from uvicorn.config import Config
+from uvicorn.logging import TRACE_LOG_LEVEL
+from uvicorn.protocols.utils import ClientDisconnected, get_client_addr, get_path_with_query_string
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+from uvicorn.server import ServerState
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from .handshake import plain_upgrade_accept, switching_protocols
+
+try:  # uvicorn[standard] brings httptools; without it the edge runs uvicorn's stock protocols
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # pragma: no cover
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+
+# The loggers uvicorn's protocols look up on every connection (getLogger takes a lock).
+_ERROR_LOG = logging.getLogger("uvicorn.error")
+
+
+def _request_bytes(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
+    """The request as uvicorn's httptools protocol hands it to a WebSocket protocol."""
+    out = [method, b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in headers:
+        out += (name, b": ", value, b"\r\n")
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
+    """uvicorn's websockets-sansio protocol that accepts a plain valid upgrade itself."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        # uvicorn's __init__, less two logger look-ups and the ServerProtocol: that one is
+        # made by upgrade(), already open on the fast path (test_protocols checks that the
+        # attributes are the same as stock's).
+        if not config.loaded:
+            config.load()  # pragma: no cover
+        self.config = config
+        self.app = config.loaded_app
+        self.loop = _loop or asyncio.get_event_loop()
+        self.logger = _ERROR_LOG
+        self.root_path = config.root_path
+        self.asgi_version = config.asgi_version
+        self.app_state = app_state
+        self.connections = server_state.connections
+        self.tasks = server_state.tasks
+        self.default_headers = server_state.default_headers
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.server: tuple[str, int | None] | None = None
+        self.client: tuple[str, int] | None = None
+        self.scheme: Literal["wss", "ws"] = None  # type: ignore[assignment]
+        self.queue = asyncio.Queue()
+        self.handshake_initiated = False
+        self.handshake_complete = False
+        self.close_sent = False
+        self.disconnected = False
+        self.close_timer = None
+        self.close_timeout = 10.0
+        self.initial_response = None
+        self.conn: ServerProtocol = None  # type: ignore[assignment]
+        self.read_paused = False
+        self.writable = asyncio.Event()
+        self.writable.set()
+        self.ping_interval = config.ws_ping_interval
+        self.ping_timeout = config.ws_ping_timeout
+        self.ping_timer = None
+        self.pong_timer = None
+        self.pending_ping_payload = None
+        self.ping_sent_at = 0.0
+        self.last_ping_rtt = 0.0
+        self.frames = []
+        self.curr_msg_data_type = "bytes"
+        # The fast path's Sec-WebSocket-Accept until the 101 is sent (None: stock path).
+        self._accept: bytes | None = None
+
+    def _server_protocol(self, state: State) -> ServerProtocol:
+        return ServerProtocol(
+            max_size=self.config.ws_max_size,
+            logger=_ERROR_LOG,
+            state=state,
+        )
+
+    def adopt(
+        self,
+        transport: asyncio.Transport,
+        server: tuple[str, int | None] | None,
+        client: tuple[str, int] | None,
+        scheme: Literal["wss", "ws"],
+    ) -> None:
+        """``connection_made`` with the addresses the HTTP protocol already read."""
+        self.connections.add(self)
+        self.transport = transport
+        self.server = server
+        self.client = client
+        self.scheme = scheme
+
+    def upgrade(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """The upgrade request as httptools parsed it (uvicorn's ``scope["headers"]``)."""
+        accept = None
+        if not self.config.ws_per_message_deflate:  # no extension to negotiate
+            accept = plain_upgrade_accept(method, target, headers)
+        if accept is None:
+            self.data_received(_request_bytes(method, target, headers))  # websockets decides
+            return
+        self.conn = self._server_protocol(State.OPEN)
+        self._accept = accept
+        self.handshake_initiated = True
+        self.request = None  # type: ignore[assignment]  # (stock: kept for the socket's life)
+        self.response = None  # type: ignore[assignment]
+        # The scope uvicorn's handle_connect builds (httptools leaves no whitespace around
+        # values, so these headers are what websockets' parser would have produced).
+        raw_path, _, query_string = target.decode("ascii").partition("?")
+        self.scope = {
+            "type": "websocket",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.4"},
+            "http_version": "1.1",
+            "scheme": self.scheme,
+            "server": self.server,
+            "client": self.client,
+            "root_path": self.root_path,
+            "path": self.root_path + unquote(raw_path),
+            "raw_path": self.root_path.encode("ascii") + raw_path.encode("ascii"),
+            "query_string": query_string.encode("ascii"),
+            "headers": headers,
+            "subprotocols": [],
+            "state": self.app_state.copy(),
+            "extensions": {"websocket.http.response": {}},
+        }
+        self.queue.put_nowait({"type": "websocket.connect"})
+        task = self.loop.create_task(self.run_asgi())
+        task.add_done_callback(self.on_task_complete)
+        self.tasks.add(task)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.conn is None:  # made by another HTTP protocol: the stock path throughout
+            self.conn = self._server_protocol(State.CONNECTING)
+        super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.conn is None:
+            self.conn = self._server_protocol(State.CONNECTING)
+        super().data_received(data)
+
+    async def send(self, message: Any) -> None:
+        if (
+            self._accept is not None
+            and message["type"] == "websocket.accept"
+            and not self.handshake_complete
+            and self.initial_response is None
+        ):
+            await self._send_accept(message, self._accept)
+        else:
+            await super().send(message)
+
+    async def _send_accept(self, message: Any, accept: bytes) -> None:
+        """uvicorn's ``websocket.accept`` branch, with the response written directly."""
+        await self.writable.wait()
+        if self.disconnected:
+            raise ClientDisconnected()
+        if self.logger.isEnabledFor(logging.INFO):
+            self.logger.info(
+                '%s - "WebSocket %s" [accepted]',
+                get_client_addr(self.scope),
+                get_path_with_query_string(self.scope),
+            )
+        extra = message.get("headers")
+        subprotocol = message.get("subprotocol")
+        defaults = self.default_headers
+        if extra or subprotocol or not all(n.isascii() and v.isascii() for n, v in defaults):
+            data = self._response(accept, list(extra or []), subprotocol)
+        else:
+            data = switching_protocols(accept, defaults)
+        if not self.transport.is_closing():
+            self._accept = None
+            self.handshake_complete = True
+            self.transport.write(data)
+            self.start_keepalive()
+
+    def _response(
+        self, accept: bytes, extra: list[tuple[bytes, bytes]], subprotocol: str | None
+    ) -> bytes:
+        """The 101 built the way websockets and uvicorn build it, for accepts that add
+        headers or a subprotocol (the edge sends neither)."""
+        headers = Headers()
+        headers["Upgrade"] = "websocket"
+        headers["Connection"] = "Upgrade"
+        headers["Sec-WebSocket-Accept"] = accept.decode("ascii")
+        headers.update(
+            (name.decode("latin-1").lower(), value.decode("latin-1"))
+            for name, value in self.default_headers + extra
+        )
+        if subprotocol:
+            headers["Sec-WebSocket-Protocol"] = subprotocol
+        return Response(101, "Switching Protocols", headers).serialize()
+
+
+if HttpToolsProtocol is not None:
+
+    class EdgeHttpProtocol(HttpToolsProtocol):
+        """uvicorn's httptools protocol, handing an upgrade over already parsed."""
+
+        def handle_websocket_upgrade(self) -> None:
+            protocol_class = self.ws_protocol_class
+            if protocol_class is None or not issubclass(protocol_class, EdgeWebSocketProtocol):
+                super().handle_websocket_upgrade()
+                return
+            if self.logger.level <= TRACE_LOG_LEVEL:
+                prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
+                self.logger.log(TRACE_LOG_LEVEL, "%sUpgrading to WebSocket", prefix)
+            self.connections.discard(self)
+            protocol = protocol_class(
+                config=self.config, server_state=self.server_state, app_state=self.app_state
+            )
+            protocol.adopt(
+                self.transport, self.server, self.client, "wss" if self.scheme == "https" else "ws"
+            )
+            self.transport.set_protocol(protocol)
+            protocol.upgrade(self.scope["method"].encode(), self.url, self.headers)
+
+else:  # pragma: no cover
+    EdgeHttpProtocol = None  # type: ignore[assignment,misc]
+
+
+def server_protocols() -> dict[str, Any]:
+    """uvicorn ``http``/``ws`` options: these classes, or uvicorn's stock ones by name."""
+    if EdgeHttpProtocol is None:  # pragma: no cover
+        return {"http": "auto", "ws": "websockets-sansio"}
+    return {"http": EdgeHttpProtocol, "ws": EdgeWebSocketProtocol}
+
+
+__all__ = ["EdgeHttpProtocol", "EdgeWebSocketProtocol", "server_protocols"]
