@@ -12,8 +12,9 @@ closing and shutdown are theirs.
 Measured (docs/performance.md, optimisation 18): the stock handshake was about a fifth
 of an edge's CPU per device set-up.
 
-Both classes lean on attributes of uvicorn's classes (``uvicorn`` is pinned);
-tests/edge/test_protocols.py checks they still exist and that both paths answer alike.
+Both classes lean on attributes of uvicorn's classes, so they are used only on the uvicorn
+releases tests/edge/test_protocols.py verified (``VERIFIED_UVICORN``): it checks those
+attributes and that both paths answer every handshake alike.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 from typing import Any, Literal
 from urllib.parse import unquote
 
+import uvicorn
 from uvicorn.config import Config
 from uvicorn.logging import TRACE_LOG_LEVEL
 from uvicorn.protocols.utils import ClientDisconnected, get_client_addr, get_path_with_query_string
@@ -254,11 +256,26 @@ else:  # pragma: no cover
     EdgeHttpProtocol = None  # type: ignore[assignment,misc]
 
 
+# The uvicorn releases these subclasses were checked against (tests/edge/test_protocols.py).
+# Under any other, the edge runs uvicorn's stock protocols: slower set-ups, same behaviour.
+VERIFIED_UVICORN = ("0.55.",)
+
+
+def fast_handshake_available(version: str = uvicorn.__version__) -> bool:
+    return EdgeHttpProtocol is not None and version.startswith(VERIFIED_UVICORN)
+
+
 def server_protocols() -> dict[str, Any]:
     """uvicorn ``http``/``ws`` options: these classes, or uvicorn's stock ones by name."""
-    if EdgeHttpProtocol is None:  # pragma: no cover
+    if not fast_handshake_available():
         return {"http": "auto", "ws": "websockets-sansio"}
     return {"http": EdgeHttpProtocol, "ws": EdgeWebSocketProtocol}
 
 
-__all__ = ["EdgeHttpProtocol", "EdgeWebSocketProtocol", "server_protocols"]
+__all__ = [
+    "VERIFIED_UVICORN",
+    "EdgeHttpProtocol",
+    "EdgeWebSocketProtocol",
+    "fast_handshake_available",
+    "server_protocols",
+]

@@ -17,7 +17,12 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from uvicorn.server import ServerState
 from websockets.asyncio.client import connect
 
-from edge.protocols import EdgeHttpProtocol, EdgeWebSocketProtocol, server_protocols
+from edge.protocols import (
+    EdgeHttpProtocol,
+    EdgeWebSocketProtocol,
+    fast_handshake_available,
+    server_protocols,
+)
 from edge.server import EmbeddedServer
 from tests.harness.processes import free_port
 
@@ -201,3 +206,14 @@ async def test_the_edges_protocols_are_uvicorns_with_the_same_state() -> None:
     # Every attribute uvicorn's own methods may read is set (a new one in a later uvicorn
     # fails here, not in production).
     assert set(vars(ours)) - {"_accept"} == set(vars(stock))
+
+
+def test_the_installed_uvicorn_is_one_the_fast_handshake_was_verified_on() -> None:
+    # A new uvicorn release: rerun this file against it, then add it to VERIFIED_UVICORN.
+    assert fast_handshake_available(), f"uvicorn {uvicorn.__version__} is not verified"
+
+
+def test_an_unverified_uvicorn_gets_its_own_stock_protocols() -> None:
+    assert not fast_handshake_available("0.56.0")
+    assert not fast_handshake_available("1.0.0")
+    assert fast_handshake_available("0.55.0")
