@@ -217,3 +217,35 @@ def test_an_unverified_uvicorn_gets_its_own_stock_protocols() -> None:
     assert not fast_handshake_available("0.56.0")
     assert not fast_handshake_available("1.0.0")
     assert fast_handshake_available("0.55.0")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_the_local_address_is_the_one_uvicorn_would_read(host: str, loop_kind: str) -> None:
+    import uvloop
+    from uvicorn.protocols.utils import get_local_addr
+
+    from edge.protocols import local_addr
+
+    async def both() -> tuple[Any, Any]:
+        made: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()
+
+        class Accept(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                made.set_result(transport)  # type: ignore[arg-type]
+
+        server = await asyncio.get_running_loop().create_server(Accept, host, 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection(host, port)
+        transport = await asyncio.wait_for(made, 5)
+        try:
+            return local_addr(transport), get_local_addr(transport)
+        finally:
+            writer.close()
+            transport.close()
+            server.close()
+            await server.wait_closed()
+
+    runner = uvloop.run if loop_kind == "uvloop" else asyncio.run
+    ours, uvicorns = runner(both())
+    assert ours == uvicorns and ours[0] == host
