@@ -4,7 +4,8 @@ connection before doing anything of its own.
     python bench/peers/uvicorn_floor.py --port P
 
 uvicorn with the edge's own options (``edge.server.uvicorn_config``: uvloop, httptools,
-``ws="websockets-sansio"``, the edge's frame-size cap and keep-alive pings,
+``ws="websockets-sansio"`` as uvicorn ships them, not the edge's ``edge.protocols``, the
+edge's frame-size cap and keep-alive pings,
 permessage-deflate off) serving a bare ASGI app: accept the WebSocket, read one text frame,
 answer ``{"type":"hello.ack"}``, hold the socket until the device goes. No auth, no Redis,
 no Starlette, no session objects. ``connections.py`` measures it beside our edge, so the
