@@ -249,3 +249,32 @@ def test_the_local_address_is_the_one_uvicorn_would_read(host: str, loop_kind: s
     runner = uvloop.run if loop_kind == "uvloop" else asyncio.run
     ours, uvicorns = runner(both())
     assert ours == uvicorns and ours[0] == host
+
+
+def masked_text(text: str) -> bytes:
+    """A client's text frame (RFC 6455 §5.3: masked)."""
+    from websockets.frames import Frame, Opcode
+
+    return Frame(Opcode.TEXT, text.encode()).serialize(mask=True, extensions=[])
+
+
+async def first_reply_after_an_eager_frame(port: int) -> bytes:
+    """Send a text frame right behind the upgrade, before the 101 is read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(upgrade(key=KEY))
+    await writer.drain()
+    await asyncio.sleep(0.01)  # a separate segment: not dropped with the request's tail
+    writer.write(masked_text("eager"))
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    frame = await asyncio.wait_for(reader.readexactly(2 + len("echo:eager")), 5)
+    writer.close()
+    return undated(head) + frame
+
+
+async def test_a_frame_sent_before_the_101_arrives_reaches_the_app_as_on_stock(
+    servers: Servers,
+) -> None:
+    stock = await first_reply_after_an_eager_frame(servers.stock)
+    ours = await first_reply_after_an_eager_frame(servers.ours)
+    assert ours == stock
+    assert ours.endswith(b"echo:eager")
