@@ -2,15 +2,15 @@
 
 Stock uvicorn parses an upgrade request with httptools, writes it back out as bytes, and
 has websockets parse and check it again before building the 101 response header by
-header. ``EdgeHttpProtocol`` hands the websockets-sansio protocol the request httptools
-already parsed; ``EdgeWebSocketProtocol`` answers the common, valid upgrade
-(``edge.handshake``) straight away and gives everything else to the stock code path,
-fed exactly as uvicorn feeds it. After the 101 the socket is uvicorn's websockets-sansio
-protocol on websockets' ``ServerProtocol``, unchanged: framing, pings, flow control,
-closing and shutdown are theirs.
+header. ``EdgeHttpProtocol`` recognises the common, valid upgrade in what httptools
+already parsed (``edge.handshake``) and hands it to ``EdgeWebSocketProtocol``, which
+answers it straight away; every other upgrade takes uvicorn's own upgrade code unchanged.
+After the 101 the socket is uvicorn's websockets-sansio protocol on websockets'
+``ServerProtocol``, unchanged: framing, pings, flow control, closing and shutdown are
+theirs.
 
-Measured (docs/performance.md, optimisation 18): the stock handshake was about a fifth
-of an edge's CPU per device set-up.
+Measured (docs/performance.md, optimisation 18): the stock handshake was about a third
+of an edge's CPU per device set-up (py-spy).
 
 Both classes lean on attributes of uvicorn's classes, so they are used only on the uvicorn
 releases tests/edge/test_protocols.py verified (``VERIFIED_UVICORN``): it checks those
@@ -54,28 +54,6 @@ except ImportError:  # pragma: no cover
 _ERROR_LOG = logging.getLogger("uvicorn.error")
 
 
-def _request_bytes(method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
-    """The request as uvicorn's httptools protocol hands it to a WebSocket protocol."""
-    out = [method, b" ", target, b" HTTP/1.1\r\n"]
-    for name, value in headers:
-        out += (name, b": ", value, b"\r\n")
-    out.append(b"\r\n")
-    return b"".join(out)
-
-
-# uvicorn replaces its default headers (date, server) once a second, as a new list: the
-# last one checked, so the check costs nothing per connection.
-_ascii_checked: list[tuple[list[tuple[bytes, bytes]], bool]] = []
-
-
-def _ascii_headers(headers: list[tuple[bytes, bytes]]) -> bool:
-    if _ascii_checked and _ascii_checked[0][0] is headers:
-        return _ascii_checked[0][1]
-    ok = all(name.isascii() and value.isascii() for name, value in headers)
-    _ascii_checked[:] = [(headers, ok)]
-    return ok
-
-
 class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's websockets-sansio protocol that accepts a plain valid upgrade itself."""
 
@@ -87,7 +65,7 @@ class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         # uvicorn's __init__, less two logger look-ups and the ServerProtocol: that one is
-        # made by upgrade(), already open on the fast path (test_protocols checks that the
+        # made by open() already open, or by connection_made() (test_protocols checks the
         # attributes are the same as stock's).
         if not config.loaded:
             config.load()  # pragma: no cover
@@ -150,14 +128,9 @@ class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
         self.client = client
         self.scheme = scheme
 
-    def upgrade(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
-        """The upgrade request as httptools parsed it (uvicorn's ``scope["headers"]``)."""
-        accept = None
-        if not self.config.ws_per_message_deflate:  # no extension to negotiate
-            accept = plain_upgrade_accept(method, target, headers)
-        if accept is None:
-            self.data_received(_request_bytes(method, target, headers))  # websockets decides
-            return
+    def open(self, accept: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Start the app for a plain valid upgrade (``plain_upgrade_accept`` gave ``accept``),
+        as uvicorn's handle_connect does; the 101 goes out when the app accepts."""
         self.conn = self._server_protocol(State.OPEN)
         self._accept = accept
         self.handshake_initiated = True
@@ -188,14 +161,9 @@ class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
         self.tasks.add(task)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if self.conn is None:  # made by another HTTP protocol: the stock path throughout
-            self.conn = self._server_protocol(State.CONNECTING)
+        # uvicorn's own upgrade code (any request but a plain valid one): the stock path.
+        self.conn = self._server_protocol(State.CONNECTING)
         super().connection_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.conn is None:
-            self.conn = self._server_protocol(State.CONNECTING)
-        super().data_received(data)
 
     async def send(self, message: Any) -> None:
         if (
@@ -221,11 +189,10 @@ class EdgeWebSocketProtocol(WebSocketsSansIOProtocol):
             )
         extra = message.get("headers")
         subprotocol = message.get("subprotocol")
-        defaults = self.default_headers
-        if extra or subprotocol or not _ascii_headers(defaults):
+        if extra or subprotocol:
             data = self._response(accept, list(extra or []), subprotocol)
         else:
-            data = switching_protocols(accept, defaults)
+            data = switching_protocols(accept, self.default_headers)
         if not self.transport.is_closing():
             self._accept = None
             self.handshake_complete = True
@@ -284,8 +251,15 @@ if HttpToolsProtocol is not None:
 
         def handle_websocket_upgrade(self) -> None:
             protocol_class = self.ws_protocol_class
-            if protocol_class is None or not issubclass(protocol_class, EdgeWebSocketProtocol):
-                super().handle_websocket_upgrade()
+            accept = None
+            if not self.config.ws_per_message_deflate:  # no extension to negotiate
+                accept = plain_upgrade_accept(self.scope["method"].encode(), self.url, self.headers)
+            if (
+                accept is None
+                or protocol_class is None
+                or not issubclass(protocol_class, EdgeWebSocketProtocol)
+            ):
+                super().handle_websocket_upgrade()  # websockets parses and decides
                 return
             if self.logger.level <= TRACE_LOG_LEVEL:
                 prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
@@ -298,7 +272,7 @@ if HttpToolsProtocol is not None:
                 self.transport, self.server, self.client, "wss" if self.scheme == "https" else "ws"
             )
             self.transport.set_protocol(protocol)
-            protocol.upgrade(self.scope["method"].encode(), self.url, self.headers)
+            protocol.open(accept, self.url, self.headers)
 
 else:  # pragma: no cover
     EdgeHttpProtocol = None  # type: ignore[assignment,misc]
