@@ -48,7 +48,9 @@ __all__ = [
 FCM_ERROR_TYPE = "type.googleapis.com/google.firebase.fcm.v1.FcmError"
 BAD_REQUEST_TYPE = "type.googleapis.com/google.rpc.BadRequest"
 MAX_RETRY_AFTER = 86_400.0
-_SECONDS = re.compile(r"^\s*\d{1,12}(\.\d{1,6})?\s*$")
+# delta-seconds with HTTP's optional whitespace (space, tab) only: str patterns' \s and \d
+# also match Unicode separators and digits that float() refuses (e.g. "0\x1f").
+_SECONDS = re.compile(r"[ \t]*[0-9]{1,12}(\.[0-9]{1,6})?[ \t]*")
 
 
 # -- outcomes -----------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     """
     if value is None:
         return None
-    if _SECONDS.match(value):
+    if _SECONDS.fullmatch(value):
         return min(float(value), MAX_RETRY_AFTER)
     try:
         when = parsedate_to_datetime(value.strip())

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workers.push.classify import (
@@ -275,6 +275,8 @@ def test_every_2xx_is_delivered(status: int, body: bytes | str | None) -> None:
     assert isinstance(classify_ntfy(status, body), Delivered)
 
 
+@example("0\x1f", 0.0)  # Unicode whitespace that float() refuses
+@example("\u0663", 0.0)  # a non-ASCII digit
 @given(st.text(max_size=80), st.floats(min_value=0, max_value=4e9))
 def test_parse_retry_after_never_raises(value: str, now: float) -> None:
     seconds = parse_retry_after(value, now=now)
