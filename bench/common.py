@@ -1,4 +1,4 @@
-"""Shared pieces of the performance benchmarks (Issue 7), in one import: what the modules
+"""Shared pieces of the performance benchmarks, in one import: what the modules
 below define, re-exported for ``from bench.common import X``.
 
 - ``bench.host``: the code the bench loads (``BENCH_CODE_ROOT``), CPU placement, host

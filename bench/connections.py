@@ -65,8 +65,8 @@ from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
 
 PROFILE = False
 # The devices: "c" (bench/lean_client.c, the default: they leave the cores they share to
-# the servers being measured) or "python" (bench/lean_ws.py, the client of the figures
-# before session 19).
+# the servers being measured) or "python" (bench/lean_ws.py, about three times the CPU per
+# set-up on the same cores, so its rates are lower).
 CLIENT = "c"
 NATIVE: Path | None = None
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 performance benchmarks, one after another, on loopback (see bench/README.md).
+# The performance benchmarks, one after another, on loopback (see bench/README.md).
 #   bench/run_all.sh           full runs (fan-out ~8-10 min, the others 1-3 min each)
 #   bench/run_all.sh --quick   smaller sweeps (~5 min in all)
 # Results: bench/results/{fanout,connections,replay,turn_overhead}[-quick].json

@@ -58,12 +58,16 @@ class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
 
     token: SecretStr | None = Field(
-        default=None, validation_alias="ANDROID_TOKEN", json_schema_extra={"extra_keys": ["token"]}
+        default=None,
+        validation_alias="ANDROID_TOKEN",
+        json_schema_extra={"extra_keys": ["token"]},
+        description="Pairing token every device presents at `hello`. Required; `hdgctl setup` generates one.",
     )
     ws_host: str = Field(
         default="127.0.0.1",
         validation_alias="ANDROID_WS_HOST",
         json_schema_extra={"extra_keys": ["host", "ws_host"]},
+        description="Address the edge listens on (embedded mode: inside the gateway; scaled: `python -m edge`).",
     )
     ws_port: int = Field(
         default=8790,
@@ -71,100 +75,119 @@ class GatewaySettings(BaseSettings):
         le=65535,
         validation_alias="ANDROID_WS_PORT",
         json_schema_extra={"extra_keys": ["port", "ws_port"]},
+        description="Port of the edge: WebSocket and HTTP (uploads, downloads, health, web client) share it.",
     )
     home_channel: str = Field(
         default="android:default",
         validation_alias="ANDROID_HOME_CHANNEL",
         json_schema_extra={"extra_keys": ["home_channel"]},
+        description="The default channel; a bare cron `deliver=android` lands here.",
     )
     allowed_users: str = Field(
         default="",
         validation_alias="ANDROID_ALLOWED_USERS",
         json_schema_extra={"extra_keys": ["allowed_users"]},
+        description="Comma-separated device ids allowed in; empty means the token alone admits a device.",
     )
     allow_all_users: bool = Field(
         default=False,
         validation_alias="ANDROID_ALLOW_ALL_USERS",
         json_schema_extra={"extra_keys": ["allow_all_users"]},
+        description="Admit any device that presents the token, ignoring the allowlist. For development only.",
     )
     push_backend: Literal["fcm", "ntfy", "none"] = Field(
         default="fcm",
         validation_alias="ANDROID_PUSH_BACKEND",
         json_schema_extra={"extra_keys": ["push_backend"]},
+        description="Where pushes go when no device is online: `fcm`, `ntfy` or `none`.",
     )
     fcm_service_account: Path | None = Field(
         default=None,
         validation_alias="ANDROID_FCM_SERVICE_ACCOUNT",
         json_schema_extra={"extra_keys": ["fcm_service_account"]},
+        description="Path of the Firebase service-account JSON key used for FCM HTTP v1.",
     )
     fcm_server_key: SecretStr | None = Field(
         default=None,
         validation_alias="ANDROID_FCM_SERVER_KEY",
         json_schema_extra={"extra_keys": ["fcm_server_key"]},
+        description="Legacy FCM server key. Google shut that API down; setting it stops start-up with a hint.",
     )
     ntfy_topic: str | None = Field(
         default=None,
         validation_alias="NTFY_TOPIC",
         json_schema_extra={"extra_keys": ["ntfy_topic"]},
+        description="ntfy topic pushes are published to (`ANDROID_PUSH_BACKEND=ntfy`).",
     )
     ntfy_server_url: str = Field(
         default="https://ntfy.sh",
         validation_alias="NTFY_SERVER_URL",
         json_schema_extra={"extra_keys": ["ntfy_server_url"]},
+        description="ntfy server pushes are published to.",
     )
     ws_cert: Path | None = Field(
         default=None,
         validation_alias="ANDROID_WS_CERT",
         json_schema_extra={"extra_keys": ["ws_cert", "tls_cert"]},
+        description="TLS certificate (PEM) to serve `wss://`/`https://` directly; set together with the key.",
     )
     ws_key: Path | None = Field(
         default=None,
         validation_alias="ANDROID_WS_KEY",
         validate_default=True,  # so a certificate without its key is caught
         json_schema_extra={"extra_keys": ["ws_key", "tls_key"]},
+        description="TLS private key (PEM) for `ANDROID_WS_CERT`.",
     )
     bus_url: str = Field(
         default="memory://",
         validation_alias="ANDROID_BUS_URL",
         json_schema_extra={"extra_keys": ["bus_url"]},
+        description="`memory://` runs embedded (one process); `redis://host:port/db` runs scaled with separate edges and workers.",
     )
     tenant: str | None = Field(
         default=None,
         validation_alias="ANDROID_TENANT",
         json_schema_extra={"extra_keys": ["tenant"]},
+        description="Name of this gateway on a shared Redis; defaults to a hash of its `HERMES_HOME`.",
     )
     outbox_retention_hours: float = Field(
         default=168,
         gt=0,
         validation_alias="ANDROID_OUTBOX_RETENTION_HOURS",
         json_schema_extra={"extra_keys": ["outbox_retention_hours"]},
+        description="How long missed events can be replayed to a device, and how long a queued command may wait.",
     )
     max_upload_bytes: int = Field(
         default=64 * MIB,
         gt=0,
         validation_alias="ANDROID_MAX_UPLOAD_BYTES",
         json_schema_extra={"extra_keys": ["max_upload_bytes"]},
+        description="Largest upload accepted, in bytes.",
     )
     attachments_dir: Path | None = Field(
         default=None,
         validation_alias="ANDROID_ATTACHMENTS_DIR",
         json_schema_extra={"extra_keys": ["attachments_dir"]},
+        description="Where uploaded and agent-produced files are stored. Scaled edges need it (shared with the gateway) or uploads answer 503.",
     )
     attachment_retention_days: float = Field(
         default=7,
         ge=0,
         validation_alias="ANDROID_ATTACHMENT_RETENTION_DAYS",
         json_schema_extra={"extra_keys": ["attachment_retention_days"]},
+        description="Days an attachment is kept after its last use; 0 keeps them forever.",
     )
     allowed_origins: str = Field(
         default="",
         validation_alias="ANDROID_ALLOWED_ORIGINS",
         json_schema_extra={"extra_keys": ["allowed_origins"]},
+        description="Comma-separated browser origins allowed to open a WebSocket, besides the edge's own origin.",
     )
     edge_id: str | None = Field(
         default=None,
         validation_alias="ANDROID_EDGE_ID",
         json_schema_extra={"extra_keys": ["edge_id"]},
+        description="Stable name of an edge process on the bus; generated when unset.",
     )
     # `python -m edge` only: processes sharing one listening socket (one per core helps).
     edge_workers: int = Field(
@@ -173,34 +196,40 @@ class GatewaySettings(BaseSettings):
         le=64,
         validation_alias="ANDROID_EDGE_WORKERS",
         json_schema_extra={"extra_keys": ["edge_workers"]},
+        description="`python -m edge` only: edge processes sharing its port (one per core).",
     )
     data_dir: Path | None = Field(
         default=None,
         validation_alias="ANDROID_DATA_DIR",
         json_schema_extra={"extra_keys": ["data_dir"]},
+        description="Where the plugin keeps its SQLite files; defaults to `$HERMES_HOME/android`.",
     )
     push_delay_s: float = Field(
         default=5.0,
         ge=0,
         validation_alias="ANDROID_PUSH_DELAY_S",
         json_schema_extra={"extra_keys": ["push_delay_s"]},
+        description="Seconds a push waits for a device to read the event first; 0 when no device is online.",
     )
     push_preview: bool = Field(
         default=False,
         validation_alias="ANDROID_PUSH_PREVIEW",
         json_schema_extra={"extra_keys": ["push_preview"]},
+        description="Put the message text in push payloads. Off: pushes carry no content.",
     )
     ws_ping_s: float = Field(
         default=20.0,
         gt=0,
         validation_alias="ANDROID_WS_PING_S",
         json_schema_extra={"extra_keys": ["ws_ping_s"]},
+        description="Seconds between WebSocket pings to each device.",
     )
     send_queue_frames: int = Field(
         default=1024,
         ge=16,
         validation_alias="ANDROID_SEND_QUEUE",
         json_schema_extra={"extra_keys": ["send_queue_frames"]},
+        description="Frames queued per connection before a slow device is closed with 4008 (it recovers by replay).",
     )
     redis_connect_timeout_s: float = Field(
         default=2.0,
@@ -208,6 +237,7 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_CONNECT_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["redis_connect_timeout_s"]},
+        description="Scaled mode: seconds to wait for a connection to Redis.",
     )
     redis_command_timeout_s: float = Field(
         default=5.0,
@@ -215,6 +245,7 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_COMMAND_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["redis_command_timeout_s"]},
+        description="Scaled mode: seconds to wait for a Redis command's answer.",
     )
     redis_health_check_s: float = Field(
         default=15.0,
@@ -222,6 +253,7 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="ANDROID_REDIS_HEALTH_CHECK_S",
         json_schema_extra={"extra_keys": ["redis_health_check_s"]},
+        description="Scaled mode: seconds of silence after which a Redis connection is checked with a PING.",
     )
 
     @classmethod

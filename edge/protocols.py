@@ -9,7 +9,7 @@ After the 101 the socket is uvicorn's websockets-sansio protocol on websockets'
 ``ServerProtocol``, unchanged: framing, pings, flow control, closing and shutdown are
 theirs.
 
-Measured (docs/performance.md, optimisation 18): the stock handshake was about a third
+Measured (docs/performance.md): the stock handshake was about a third
 of an edge's CPU per device set-up (py-spy).
 
 Both classes lean on attributes of uvicorn's classes, so they are used only on the uvicorn

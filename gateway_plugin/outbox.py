@@ -22,8 +22,7 @@ from .sqlite_file import open_wal
 
 Json = dict[str, Any]
 
-# 2: events without AUTOINCREMENT (see _drop_autoincrement); 3: processed.replies
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 1
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
 _EVENTS_COLUMNS = """(
     cursor INTEGER PRIMARY KEY,
@@ -32,17 +31,13 @@ _EVENTS_COLUMNS = """(
     coalesce_key TEXT,
     body TEXT NOT NULL
 )"""
-# When retention has emptied the table, how far it trimmed (a version-1 file's AUTOINCREMENT
-# counter is kept as `cursor_floor`): what `_last_cursor` falls back on.
-_CURSOR_FLOOR = """SELECT MAX(CAST(value AS INTEGER)) FROM meta
-    WHERE key IN ('trimmed_upto', 'cursor_floor')"""
+# When retention has emptied the table, how far it trimmed: what `_last_cursor` falls back on.
+_CURSOR_FLOOR = "SELECT MAX(CAST(value AS INTEGER)) FROM meta WHERE key = 'trimmed_upto'"
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS events {_EVENTS_COLUMNS};
 -- No index on `created` or on `coalesce_key`: each was another page written by every
 -- append (~25 % of an append's cost each). Retention walks the oldest rows in cursor
 -- order (`trim`); the delta each message still has is looked up in memory (`_live`).
-DROP INDEX IF EXISTS events_created;
-DROP INDEX IF EXISTS events_coalesce;
 CREATE TABLE IF NOT EXISTS idempotency (
     key TEXT PRIMARY KEY,
     created REAL NOT NULL,
@@ -71,8 +66,6 @@ class Outbox:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = open_wal(path, _SCHEMA)
-        _drop_autoincrement(self._db)
-        _add_processed_replies(self._db)
         self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         self._lock = threading.Lock()
         # message id -> cursor of the one delta row kept for it, loaded from the file on
@@ -348,54 +341,6 @@ def _last_cursor(cur: sqlite3.Cursor) -> int:
         return int(newest)
     floor = cur.execute(_CURSOR_FLOOR).fetchone()[0]
     return int(floor) if floor is not None else 0
-
-
-def _drop_autoincrement(db: sqlite3.Connection) -> None:
-    """Rebuild a version-1 events table without AUTOINCREMENT, once, in one transaction.
-
-    AUTOINCREMENT made every append rewrite the sqlite_sequence page too (~20 % of an
-    append's cost); `_sequence` numbers events itself. The counter's last value becomes
-    the `cursor_floor`, so no cursor a device has seen is ever given out again."""
-    if not _has_autoincrement(db):
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        if _has_autoincrement(db):  # another process may have rebuilt it meanwhile
-            row = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'events'").fetchone()
-            db.execute(f"CREATE TABLE events_v2 {_EVENTS_COLUMNS}")
-            db.execute(
-                "INSERT INTO events_v2(cursor, created, type, coalesce_key, body) "
-                "SELECT cursor, created, type, coalesce_key, body FROM events"
-            )
-            db.execute("DROP TABLE events")
-            db.execute("ALTER TABLE events_v2 RENAME TO events")
-            db.execute(
-                "INSERT INTO meta(key, value) VALUES ('cursor_floor', ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (str(int(row[0]) if row else 0),),
-            )
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _add_processed_replies(db: sqlite3.Connection) -> None:
-    """Give a version-2 file's processed table its replies column (NULL: none kept)."""
-    columns = {str(row[1]) for row in db.execute("PRAGMA table_info(processed)")}
-    if "replies" not in columns:
-        try:
-            db.execute("ALTER TABLE processed ADD COLUMN replies TEXT")
-        except sqlite3.OperationalError as exc:  # another process (a CLI cron run) was first
-            if "duplicate column" not in str(exc):
-                raise
-
-
-def _has_autoincrement(db: sqlite3.Connection) -> bool:
-    row = db.execute(
-        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-    ).fetchone()
-    return row is not None and "AUTOINCREMENT" in str(row[0]).upper()
 
 
 def _expired_prefix(cur: sqlite3.Cursor, older_than: float, chunk: int = 1000) -> int:

@@ -54,71 +54,241 @@ class WorkerConfig(BaseSettings):
         return (init_settings, NamedEnvironment(settings_cls), file_secret_settings)
 
     # -- bus -------------------------------------------------------------------------
-    bus_url: str = _env("ANDROID_BUS_URL", "bus_url", "redis://127.0.0.1:6379/0")
+    bus_url: str = _env(
+        "ANDROID_BUS_URL",
+        "bus_url",
+        "redis://127.0.0.1:6379/0",
+        description="Redis the workers take jobs from (the gateway's bus).",
+    )
     # The same names and defaults as the gateway's (canonical.settings).
     redis_connect_timeout_s: float = _env(
-        "ANDROID_REDIS_CONNECT_TIMEOUT_S", "redis_connect_timeout_s", 2.0, gt=0, allow_inf_nan=False
+        "ANDROID_REDIS_CONNECT_TIMEOUT_S",
+        "redis_connect_timeout_s",
+        2.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds to wait for a connection to Redis.",
     )
     redis_command_timeout_s: float = _env(
-        "ANDROID_REDIS_COMMAND_TIMEOUT_S", "redis_command_timeout_s", 5.0, gt=0, allow_inf_nan=False
+        "ANDROID_REDIS_COMMAND_TIMEOUT_S",
+        "redis_command_timeout_s",
+        5.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds to wait for a Redis command's answer.",
     )
     redis_health_check_s: float = _env(
-        "ANDROID_REDIS_HEALTH_CHECK_S", "redis_health_check_s", 15.0, gt=0, allow_inf_nan=False
+        "ANDROID_REDIS_HEALTH_CHECK_S",
+        "redis_health_check_s",
+        15.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds of silence after which a Redis connection is checked with a PING.",
     )
 
     # -- push ------------------------------------------------------------------------
     push_backend: Literal["fcm", "ntfy", "none"] = _env(
-        "ANDROID_PUSH_BACKEND", "push_backend", "fcm"
+        "ANDROID_PUSH_BACKEND", "push_backend", "fcm", description="`fcm`, `ntfy` or `none`."
     )
     fcm_service_account: Path | None = _env(
-        "ANDROID_FCM_SERVICE_ACCOUNT", "fcm_service_account", None
+        "ANDROID_FCM_SERVICE_ACCOUNT",
+        "fcm_service_account",
+        None,
+        description="Path of the Firebase service-account JSON key.",
     )
-    fcm_server_key: SecretStr | None = _env("ANDROID_FCM_SERVER_KEY", "fcm_server_key", None)
-    fcm_api_base: str = _env("ANDROID_FCM_API_BASE", "fcm_api_base", "https://fcm.googleapis.com")
-    ntfy_server_url: str = _env("NTFY_SERVER_URL", "ntfy_server_url", "https://ntfy.sh")
-    ntfy_topic: str | None = _env("NTFY_TOPIC", "ntfy_topic", None)
-    ntfy_token: SecretStr | None = _env("NTFY_TOKEN", "ntfy_token", None)
-    ntfy_user: str | None = _env("NTFY_USER", "ntfy_user", None)
-    ntfy_password: SecretStr | None = _env("NTFY_PASSWORD", "ntfy_password", None)
-    deep_link_scheme: str = _env("HDG_DEEP_LINK_SCHEME", "deep_link_scheme", "hermes-device")
-    push_http_timeout: float = _env("HDG_PUSH_HTTP_TIMEOUT", "push_http_timeout", 10.0, gt=0)
+    fcm_server_key: SecretStr | None = _env(
+        "ANDROID_FCM_SERVER_KEY",
+        "fcm_server_key",
+        None,
+        description="Legacy FCM server key; refused with a hint (the API was shut down).",
+    )
+    fcm_api_base: str = _env(
+        "ANDROID_FCM_API_BASE",
+        "fcm_api_base",
+        "https://fcm.googleapis.com",
+        description="FCM API base URL (tests point it at a local server).",
+    )
+    ntfy_server_url: str = _env(
+        "NTFY_SERVER_URL", "ntfy_server_url", "https://ntfy.sh", description="ntfy server."
+    )
+    ntfy_topic: str | None = _env("NTFY_TOPIC", "ntfy_topic", None, description="ntfy topic.")
+    ntfy_token: SecretStr | None = _env(
+        "NTFY_TOKEN", "ntfy_token", None, description="ntfy access token."
+    )
+    ntfy_user: str | None = _env(
+        "NTFY_USER",
+        "ntfy_user",
+        None,
+        description="ntfy user (with `NTFY_PASSWORD`), instead of a token.",
+    )
+    ntfy_password: SecretStr | None = _env(
+        "NTFY_PASSWORD", "ntfy_password", None, description="ntfy password."
+    )
+    deep_link_scheme: str = _env(
+        "HDG_DEEP_LINK_SCHEME",
+        "deep_link_scheme",
+        "hermes-device",
+        description="URI scheme of the deep link a push opens in the app.",
+    )
+    push_http_timeout: float = _env(
+        "HDG_PUSH_HTTP_TIMEOUT",
+        "push_http_timeout",
+        10.0,
+        gt=0,
+        description="Seconds one push request may take.",
+    )
 
     # -- media -----------------------------------------------------------------------
-    media_root: Path | None = _env("HDG_MEDIA_ROOT", "media_root", None)
-    media_retention_days: float = _env(
-        "HDG_MEDIA_RETENTION_DAYS", "media_retention_days", 7.0, gt=0
+    media_root: Path | None = _env(
+        "HDG_MEDIA_ROOT",
+        "media_root",
+        None,
+        description="Attachments directory the media worker reads and writes (the gateway's `ANDROID_ATTACHMENTS_DIR`).",
     )
-    media_max_pixels: int = _env("HDG_MEDIA_MAX_PIXELS", "media_max_pixels", 80_000_000, gt=0)
-    media_max_seconds: float = _env("HDG_MEDIA_MAX_SECONDS", "media_max_seconds", 3600.0, gt=0)
+    media_retention_days: float = _env(
+        "HDG_MEDIA_RETENTION_DAYS",
+        "media_retention_days",
+        7.0,
+        gt=0,
+        description="Days transcoded outputs are kept.",
+    )
+    media_max_pixels: int = _env(
+        "HDG_MEDIA_MAX_PIXELS",
+        "media_max_pixels",
+        80_000_000,
+        gt=0,
+        description="Largest image or video frame decoded, in pixels.",
+    )
+    media_max_seconds: float = _env(
+        "HDG_MEDIA_MAX_SECONDS",
+        "media_max_seconds",
+        3600.0,
+        gt=0,
+        description="Longest audio or video transcoded, in seconds.",
+    )
     # Each transcode runs in a process of its own capped at this (RLIMIT_DATA; 0: no cap);
     # with the 80 MP pixel cap keep it at 600 MB or more (docs/operations.md).
-    media_max_memory_mb: int = _env("HDG_MEDIA_MAX_MEMORY_MB", "media_max_memory_mb", 2048, ge=0)
+    media_max_memory_mb: int = _env(
+        "HDG_MEDIA_MAX_MEMORY_MB",
+        "media_max_memory_mb",
+        2048,
+        ge=0,
+        description="Memory cap of each transcode's child process (0: none); keep it at 600 MB or more.",
+    )
 
     # -- jobs ------------------------------------------------------------------------
-    push_job_timeout: float = _env("HDG_PUSH_JOB_TIMEOUT", "push_job_timeout", 60.0, gt=0)
-    media_job_timeout: float = _env("HDG_MEDIA_JOB_TIMEOUT", "media_job_timeout", 600.0, gt=0)
+    push_job_timeout: float = _env(
+        "HDG_PUSH_JOB_TIMEOUT",
+        "push_job_timeout",
+        60.0,
+        gt=0,
+        description="Seconds one push job may run.",
+    )
+    media_job_timeout: float = _env(
+        "HDG_MEDIA_JOB_TIMEOUT",
+        "media_job_timeout",
+        600.0,
+        gt=0,
+        description="Seconds one transcode job may run.",
+    )
     maintenance_job_timeout: float = _env(
-        "HDG_MAINTENANCE_JOB_TIMEOUT", "maintenance_job_timeout", 900.0, gt=0
+        "HDG_MAINTENANCE_JOB_TIMEOUT",
+        "maintenance_job_timeout",
+        900.0,
+        gt=0,
+        description="Seconds one retention job may run.",
     )
-    push_max_tries: int = _env("HDG_PUSH_MAX_TRIES", "push_max_tries", 8, ge=1)
-    media_max_tries: int = _env("HDG_MEDIA_MAX_TRIES", "media_max_tries", 3, ge=1)
-    push_concurrency: int = _env("HDG_PUSH_CONCURRENCY", "push_concurrency", 50, ge=1)
-    media_concurrency: int = _env("HDG_MEDIA_CONCURRENCY", "media_concurrency", 2, ge=1)
-    push_poll_delay: float = _env("HDG_PUSH_POLL_DELAY", "push_poll_delay", 0.1, gt=0)
-    poll_delay: float = _env("HDG_POLL_DELAY", "poll_delay", 0.5, gt=0)
-    retry_base_seconds: float = _env("HDG_RETRY_BASE_SECONDS", "retry_base_seconds", 2.0, gt=0)
-    retry_max_seconds: float = _env("HDG_RETRY_MAX_SECONDS", "retry_max_seconds", 600.0, gt=0)
+    push_max_tries: int = _env(
+        "HDG_PUSH_MAX_TRIES",
+        "push_max_tries",
+        8,
+        ge=1,
+        description="Tries of a push before it is given up.",
+    )
+    media_max_tries: int = _env(
+        "HDG_MEDIA_MAX_TRIES",
+        "media_max_tries",
+        3,
+        ge=1,
+        description="Tries of a transcode before it is given up.",
+    )
+    push_concurrency: int = _env(
+        "HDG_PUSH_CONCURRENCY",
+        "push_concurrency",
+        50,
+        ge=1,
+        description="Push jobs run at once per worker.",
+    )
+    media_concurrency: int = _env(
+        "HDG_MEDIA_CONCURRENCY",
+        "media_concurrency",
+        2,
+        ge=1,
+        description="Transcode jobs run at once per worker.",
+    )
+    push_poll_delay: float = _env(
+        "HDG_PUSH_POLL_DELAY",
+        "push_poll_delay",
+        0.1,
+        gt=0,
+        description="Seconds between polls of the push queue.",
+    )
+    poll_delay: float = _env(
+        "HDG_POLL_DELAY",
+        "poll_delay",
+        0.5,
+        gt=0,
+        description="Seconds between polls of the other queues.",
+    )
+    retry_base_seconds: float = _env(
+        "HDG_RETRY_BASE_SECONDS",
+        "retry_base_seconds",
+        2.0,
+        gt=0,
+        description="First retry delay of a failed push; it doubles up to the maximum.",
+    )
+    retry_max_seconds: float = _env(
+        "HDG_RETRY_MAX_SECONDS",
+        "retry_max_seconds",
+        600.0,
+        gt=0,
+        description="Longest retry delay of a failed push.",
+    )
     idempotency_ttl_seconds: int = _env(
-        "HDG_IDEMPOTENCY_TTL_SECONDS", "idempotency_ttl_seconds", 7 * 24 * 3600, gt=0
+        "HDG_IDEMPOTENCY_TTL_SECONDS",
+        "idempotency_ttl_seconds",
+        7 * 24 * 3600,
+        gt=0,
+        description="How long a job's outcome is remembered so a repeat is not sent twice.",
     )
-    job_completion_wait: int = _env("HDG_JOB_COMPLETION_WAIT", "job_completion_wait", 30, ge=0)
+    job_completion_wait: int = _env(
+        "HDG_JOB_COMPLETION_WAIT",
+        "job_completion_wait",
+        30,
+        ge=0,
+        description="Seconds a stopping worker waits for running jobs.",
+    )
     health_check_interval: int = _env(
-        "HDG_HEALTH_CHECK_INTERVAL", "health_check_interval", 30, gt=0
+        "HDG_HEALTH_CHECK_INTERVAL",
+        "health_check_interval",
+        30,
+        gt=0,
+        description="Seconds between the worker's health records in Redis.",
     )
     retention_sweep_interval: float = _env(
-        "HDG_RETENTION_SWEEP_INTERVAL", "retention_sweep_interval", 3600.0, gt=0
+        "HDG_RETENTION_SWEEP_INTERVAL",
+        "retention_sweep_interval",
+        3600.0,
+        gt=0,
+        description="Seconds between retention sweeps.",
     )
-    metrics_port: int | None = _env("HDG_WORKER_METRICS_PORT", "metrics_port", None, ge=0)
+    metrics_port: int | None = _env(
+        "HDG_WORKER_METRICS_PORT",
+        "metrics_port",
+        None,
+        ge=0,
+        description="Port of the worker's Prometheus metrics; unset: none.",
+    )
 
     @field_validator(
         "fcm_service_account",

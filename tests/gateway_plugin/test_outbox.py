@@ -275,81 +275,6 @@ def test_trim_stops_at_the_first_newer_event_even_if_an_older_one_follows_it(
     assert cursors(outbox.since(0)[0]) == [2, 3]
 
 
-def test_an_outbox_from_before_drops_its_created_and_coalesce_indexes_on_open(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "outbox.db"
-    Outbox(path).close()
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE INDEX events_created ON events(created)")
-        db.execute(
-            "CREATE INDEX events_coalesce ON events(coalesce_key) WHERE coalesce_key IS NOT NULL"
-        )
-    reopened = Outbox(path)
-    reopened.close()
-    with sqlite3.connect(path) as db:
-        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    assert "events_created" not in names
-    assert "events_coalesce" not in names
-
-
-V1_EVENTS = """CREATE TABLE events (
-    cursor INTEGER PRIMARY KEY AUTOINCREMENT,
-    created REAL NOT NULL,
-    type TEXT NOT NULL,
-    coalesce_key TEXT,
-    body TEXT NOT NULL
-)"""
-
-
-def version_1_file(path: Path, bodies: list[Json], drop_upto: int) -> None:
-    """An outbox as version 1 wrote it: AUTOINCREMENT numbered the events, and retention
-    (or coalescing) deleted the rows up to `drop_upto`."""
-    with sqlite3.connect(path) as db:
-        db.execute(V1_EVENTS)
-        db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-        for body in bodies:
-            db.execute(
-                "INSERT INTO events(created, type, body) VALUES (1.0, ?, ?)",
-                (body["type"], json.dumps(body)),
-            )
-        db.execute("DELETE FROM events WHERE cursor <= ?", (drop_upto,))
-        db.execute("PRAGMA user_version=1")
-    db.close()
-
-
-def test_a_version_1_outbox_is_rebuilt_without_autoincrement_and_keeps_its_events(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "outbox.db"
-    version_1_file(path, [{"type": "run.accepted", "cursor": n} for n in (1, 2, 3, 4)], 2)
-    with closing(Outbox(path)) as box:
-        assert [e["cursor"] for e in box.since(0)[0]] == [3, 4]
-        assert box.head() == 4
-        assert cursors(box.append([other(5)])) == [5]
-    with sqlite3.connect(path) as db:
-        table = db.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
-        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-    db.close()
-    assert "AUTOINCREMENT" not in table.upper()
-    assert "events_coalesce" not in names
-    assert version == outbox_module.SCHEMA_VERSION == 3
-
-
-def test_an_emptied_version_1_outbox_continues_after_its_last_counter_value(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "outbox.db"
-    version_1_file(path, [other(n) for n in range(9)], drop_upto=9)  # no trimmed_upto kept
-    with closing(Outbox(path)) as box:
-        assert box.since(0)[0] == []
-        assert box.head() == 9
-        assert cursors(box.append([other(10)])) == [10]
-    with closing(Outbox(path)) as again:  # the rebuild happens once; the floor stays
-        assert cursors(again.append([other(11)])) == [11]
-
-
 # --------------------------------------------------------------------------- idempotency
 
 
@@ -456,20 +381,6 @@ def test_processed_entries_are_remembered_with_their_replies_and_pruned_with_age
     assert outbox.prune_processed(before=clock.now - 50) == 1
     assert outbox.was_processed("1-1") is False
     assert outbox.was_processed("2-1") is True
-
-
-def test_a_version_2_outbox_keeps_its_processed_entries_and_gains_their_replies(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "outbox.db"
-    with sqlite3.connect(path) as db:
-        db.execute("CREATE TABLE processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL)")
-        db.execute("INSERT INTO processed VALUES ('1-1', 1.0)")
-        db.execute("PRAGMA user_version=2")
-    db.close()
-    with closing(Outbox(path)) as box:
-        box.mark_processed("2-1", "[]")
-        assert box.processed_replies(["1-1", "2-1"]) == {"1-1": None, "2-1": "[]"}
 
 
 def test_a_batch_of_entries_is_checked_and_marked_at_once_and_survives_a_reopen(
