@@ -4,9 +4,10 @@ functions on the in-process runner in embedded mode. Push and media both go thro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ Json = dict[str, Any]
 MEDIA_RESULT_TIMEOUT_S = 600.0
 # A Redis blip (failover, restart) while queueing a push: 6 tries over about 2-3 s.
 ENQUEUE_TRIES = 6
+# Scaled: how often the pushes on record are checked against their jobs in Redis.
+RECONCILE_S = 5.0
 
 
 def enqueue_backoff(attempt: int) -> float:
@@ -34,9 +37,11 @@ class JobQueue:
     ) -> None:
         self.settings = settings
         self.media_root = media_root
-        # Embedded: where deferred pushes are remembered across a restart (pending_pushes).
+        # Where queued pushes are remembered until their job has an outcome, across a
+        # restart of this process (embedded) or of Redis (scaled): pending_pushes.
         self._pending_path = pending_path
         self._pending: PendingPushes | None = None
+        self._reconciler: asyncio.Task[None] | None = None
         self._runner: Any = None
         self._pool: Any = None
         # Where workers report dead FCM tokens: shared with the in-process runner
@@ -76,42 +81,90 @@ class JobQueue:
             self._pool = open_arq_pool(self.settings.bus_url, self.settings.redis_timeouts())
             self._dead_tokens = RedisDeadTokens(self._pool)
             self._acks = RedisAcks(self._pool)
+            if self._pending_path is not None:
+                self._pending = await asyncio.to_thread(PendingPushes, self._pending_path)
 
     @property
     def ready(self) -> bool:
         return self._runner is not None or self._pool is not None
 
     async def push(self, body: Json, delay: float = 0.0) -> None:
-        """Queue one push to run `delay` seconds from now. On Redis the delay is an arq
-        deferred job, so it outlives this process; a failed enqueue is tried again for a
-        few seconds (the job id makes a repeat of one that did land harmless). Embedded,
-        the push is remembered on disk until its job has an outcome (resume_pushes)."""
+        """Queue one push to run `delay` seconds from now, remembered on disk until its job
+        has an outcome. Embedded, the in-process runner holds the delay (resume_pushes
+        queues what a previous process left). On Redis it is an arq deferred job; a failed
+        enqueue is tried again for a few seconds (the job id makes a repeat of one that did
+        land harmless), and the record outlives a Redis that restarts empty: `reconcile`
+        queues it again."""
+        not_before = time.time() + delay
         if self._runner is not None:
-            self._submit_embedded(body, time.time() + delay)
+            self._submit_embedded(body, not_before)
         elif self._pool is not None:
-            await self._enqueue_push(body, datetime.now(UTC) + timedelta(seconds=delay))
+            if self._pending is not None:
+                await asyncio.to_thread(self._pending.add, _push_job_id(body), body, not_before)
+            try:
+                await self._enqueue_push(body, datetime.fromtimestamp(not_before, UTC))
+            except Exception:
+                if self._pending is None:
+                    raise
+                log.warning("could not queue a push; it is kept and queued once Redis answers")
 
     def resume_pushes(self, *, enabled: bool) -> int:
-        """Queue the pushes a previous embedded process left waiting, each due when it was
-        (at once if that has passed); how many. Push turned off since: they are dropped.
-        Call it once the ack ledger is set (PushScheduler.sync_acks), so a push for an
-        event read meanwhile is skipped rather than sent."""
-        if self._runner is None or self._pending is None:
+        """Queue the pushes a previous process left waiting, each due when it was (at once
+        if that has passed); how many. Push turned off since: they are dropped. Call it
+        once the ack ledger is set (PushScheduler.sync_acks), so a push for an event read
+        meanwhile is skipped rather than sent. Scaled, this starts the reconciler, which
+        queues them (and any a Redis restart lost later on)."""
+        if self._pending is None:
             return 0
         if not enabled:
             self._pending.clear()
             return 0
         left = self._pending.all()
-        for push in left:
-            self._submit_embedded(push.body, push.not_before)
+        if self._runner is not None:
+            for push in left:
+                self._submit_embedded(push.body, push.not_before)
+        elif self._pool is not None and self._reconciler is None:
+            self._reconciler = asyncio.create_task(
+                self._reconcile_forever(), name="hdg-push-reconcile"
+            )
         return len(left)
 
     def waiting_pushes(self) -> int:
-        """Embedded: pushes queued and not yet at an outcome (0 in scaled mode: Redis)."""
+        """Pushes queued and not yet at an outcome."""
         return self._pending.count() if self._pending is not None else 0
 
+    async def reconcile(self) -> None:
+        """Scaled: each push on record against its job in Redis. A job with a result is
+        done (its record goes); a job Redis no longer knows (it restarted empty, or the
+        enqueue never landed) is queued again, due when it was. arq keeps a push's result
+        for an hour and refuses a job id it still knows, so nothing done is sent twice."""
+        from arq.jobs import Job, JobStatus
+
+        from workers.jobs import PUSH_QUEUE
+
+        assert self._pending is not None and self._pool is not None
+        for push in await asyncio.to_thread(self._pending.all):
+            status = await Job(push.job_id, self._pool, _queue_name=PUSH_QUEUE).status()
+            if status is JobStatus.complete:
+                await asyncio.to_thread(self._pending.remove, push.job_id)
+            elif status is JobStatus.not_found:
+                log.info("a push Redis no longer had is queued again")
+                await self._enqueue_push(push.body, datetime.fromtimestamp(push.not_before, UTC))
+
+    async def _reconcile_forever(self) -> None:
+        failing = False
+        while True:
+            try:
+                await self.reconcile()
+                failing = False
+            except Exception as exc:
+                if not failing:  # once per outage, not every round
+                    log.warning("checking queued pushes failed (%s); retrying", type(exc).__name__)
+                failing = True
+            await asyncio.sleep(RECONCILE_S)
+
     def _submit_embedded(self, body: Json, not_before: float) -> None:
-        job_id = f"push:{body['idempotency_key']}"
+        job_id = _push_job_id(body)
         if self._pending is not None:
             self._pending.add(job_id, body, not_before)
         job = self._runner.submit_push(body, defer=remaining_delay(not_before, time.time()))
@@ -186,11 +239,20 @@ class JobQueue:
 
     async def close(self, deadline: Deadline = UNBOUNDED) -> None:
         """Stop; running jobs get HDG_JOB_COMPLETION_WAIT, or what `deadline` leaves."""
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciler
+            self._reconciler = None
         if self._runner is not None:
             await self._runner.close(deadline.left(self._runner.config.job_completion_wait))
             await asyncio.sleep(0)  # the finished jobs' _push_done callbacks run first
         if self._pending is not None:
-            self._pending.close()
+            await asyncio.to_thread(self._pending.close)
             self._pending = None
         if self._pool is not None:
             await self._pool.aclose()
+
+
+def _push_job_id(body: Json) -> str:
+    return f"push:{body['idempotency_key']}"

@@ -1,11 +1,13 @@
-"""Deferred pushes that must outlive a restart in embedded mode.
+"""Queued pushes, remembered until their job has an outcome, in both modes.
 
-Scaled, a push waiting out ``ANDROID_PUSH_DELAY_S`` is an arq job deferred in Redis, so a
-gateway restart does not drop it. Embedded, the in-process runner holds it on an asyncio
-timer; this file (``pending_pushes.db`` beside ``outbox.db``) remembers every push from
-the moment it is queued until its job reaches an outcome of its own (sent, skipped as
-read, failed), and the next process queues what is left, due at the same instant. A
-push is at least once: one sent just before a crash may be sent again, and the job's
+A push waiting out ``ANDROID_PUSH_DELAY_S`` must outlive a restart of whoever holds it.
+This file (``pending_pushes.db`` beside ``outbox.db``) remembers every push from the
+moment it is queued until its job reaches an outcome of its own (sent, skipped as read,
+failed). Embedded, the in-process runner holds the delay on an asyncio timer and the next
+process queues what is left, due at the same instant. Scaled, the push is an arq deferred
+job in Redis, and the plugin checks its records against Redis (``JobQueue.reconcile``): a
+job with a result is done, one Redis lost (a restart without persistence) is queued again.
+A push is at least once: one sent just before a crash may be sent again, and the job's
 ack check before each send keeps a read event from being pushed.
 """
 

@@ -14,12 +14,15 @@ import pytest
 from arq import Worker, func
 from arq.connections import RedisSettings
 from prometheus_client import REGISTRY
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.memory_bus import MemoryBus
 from canonical.protocol import new_id, now_iso
 from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
+from gateway_plugin import jobs as jobs_module
 from gateway_plugin.controller import Controller
 from gateway_plugin.jobs import JobQueue
 from gateway_plugin.pending_pushes import PendingPushes
@@ -430,6 +433,48 @@ async def test_a_delayed_push_outlives_a_restart_of_the_gateway(
         assert len(fcm.deliveries("phone-token")) == 1
     finally:
         await bus.close()
+
+
+async def test_a_delayed_push_outlives_a_redis_that_restarts_empty(
+    make_rig: Callable[..., Any],
+    redis_factory: Callable[..., RedisServer],
+    fcm: FakeFcm,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(jobs_module, "RECONCILE_S", 0.2)
+    redis = redis_factory()
+    bus = RedisBus(redis.url)
+    try:
+        rig: _Rig = await make_rig(bus, bus_url=redis.url, push_delay_s=1.0)
+        rig.controller.devices.seen("phone", fcm_token="phone-token")
+        await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
+        rig.reply_event()  # someone is online: the push waits a second, in Redis
+        await rig.decided()
+        assert rig.controller.jobs.waiting_pushes() == 1
+        redis.kill9()  # no persistence: the deferred job is gone with it
+        redis.start()
+        await eventually(push_queued(redis.url), "the push queued again", timeout=20)
+
+        await run_push_worker(redis.url)
+        assert len(fcm.deliveries("phone-token")) == 1
+        await eventually(lambda: rig.controller.jobs.waiting_pushes() == 0, "its record gone")
+        await run_push_worker(redis.url)  # nothing is queued a second time
+        assert len(fcm.deliveries("phone-token")) == 1
+    finally:
+        await bus.close()
+
+
+def push_queued(url: str) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        client = Redis.from_url(url)
+        try:
+            return bool(await client.zcard(PUSH_QUEUE))
+        except RedisError:
+            return False
+        finally:
+            await client.aclose()
+
+    return check
 
 
 async def test_queueing_a_push_rides_out_a_redis_restart(
