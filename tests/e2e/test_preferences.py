@@ -52,39 +52,60 @@ async def _channel(client: DeviceClient, name: str) -> Json:
     return dict(created["entry"])
 
 
-async def test_a_typed_yolo_reaches_every_device_as_yolo_changed_naming_its_conversation(
+async def _devices(deployment: Deployment) -> tuple[DeviceClient, DeviceClient, DeviceClient]:
+    """The phone that types, and two devices that watch: iris and pheby."""
+    return (
+        await deployment.iris("phone"),
+        await deployment.iris("tablet"),
+        await deployment.pheby(),
+    )
+
+
+async def _typed_yolo(
+    devices: tuple[DeviceClient, DeviceClient, DeviceClient], entry: Json, enabled: bool
+) -> None:
+    phone, tablet, desktop = devices
+    chat_id, conversation_id = entry["chat_id"], entry["conversation_id"]
+    on_tablet_from, on_desktop_from = len(tablet.frames), len(desktop.frames)
+    ack = await iris_send(phone, chat_id, "/yolo")
+    await frames_of_run(phone, ack["run_id"])
+    on_tablet = await tablet.wait_type("yolo.changed", start=on_tablet_from)
+    assert {k: v for k, v in on_tablet.items() if k != "cursor"} == {
+        "type": "yolo.changed",
+        "enabled": enabled,
+        "scope": "conversation",
+        "conversation_id": conversation_id,
+        "chat_id": chat_id,
+        "thread_id": None,
+    }
+    assert isinstance(on_tablet["cursor"], int)
+    on_desktop = await desktop.wait_type("yolo.changed", start=on_desktop_from)
+    assert on_desktop == {
+        "type": "yolo.changed",
+        "enabled": enabled,
+        "scope": "conversation",
+        "conversation_id": conversation_id,
+    }
+    current = await desktop.request({"type": "yolo.current", "conversation_id": conversation_id})
+    assert current["enabled"] is enabled
+
+
+async def test_a_typed_yolo_reaches_every_device_as_yolo_changed_and_outlives_a_restart(
     deployment: Deployment,
 ) -> None:
-    phone = await deployment.iris("phone")
-    tablet = await deployment.iris("tablet")
-    desktop = await deployment.pheby()
-    entry = await _channel(phone, "Typed yolo")
-    chat_id, conversation_id = entry["chat_id"], entry["conversation_id"]
-    for enabled in (True, False):
-        on_tablet_from, on_desktop_from = len(tablet.frames), len(desktop.frames)
-        ack = await iris_send(phone, chat_id, "/yolo")
-        await frames_of_run(phone, ack["run_id"])
-        on_tablet = await tablet.wait_type("yolo.changed", start=on_tablet_from)
-        assert {k: v for k, v in on_tablet.items() if k != "cursor"} == {
-            "type": "yolo.changed",
-            "enabled": enabled,
-            "scope": "conversation",
-            "conversation_id": conversation_id,
-            "chat_id": chat_id,
-            "thread_id": None,
-        }
-        assert isinstance(on_tablet["cursor"], int)
-        on_desktop = await desktop.wait_type("yolo.changed", start=on_desktop_from)
-        assert on_desktop == {
-            "type": "yolo.changed",
-            "enabled": enabled,
-            "scope": "conversation",
-            "conversation_id": conversation_id,
-        }
-        current = await desktop.request(
-            {"type": "yolo.current", "conversation_id": conversation_id}
-        )
-        assert current["enabled"] is enabled
+    devices = await _devices(deployment)
+    entry = await _channel(devices[0], "Typed yolo")
+    await _typed_yolo(devices, entry, enabled=True)
+    # Hermes keeps YOLO in memory only: the plugin's record of the change restores it.
+    await deployment.close_clients()
+    health = deployment.ws_urls[0].replace("ws://", "http://") + "/healthz"
+    deployment.gateway.restart(lambda: http_ok(health))
+    devices = await _devices(deployment)
+    current = await devices[2].request(
+        {"type": "yolo.current", "conversation_id": entry["conversation_id"]}
+    )
+    assert current["enabled"] is True
+    await _typed_yolo(devices, entry, enabled=False)
 
 
 async def test_model_and_reasoning_changes_name_their_conversation_to_every_other_device(
