@@ -331,7 +331,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
     ) -> Any:
         capture = self._captures.pop(session_key, None)
         payload = {
-            "providers": providers,
+            "providers": await asyncio.to_thread(hb.probe_current_endpoint, list(providers)),
             "current_model": current_model,
             "current_provider": current_provider,
         }

@@ -385,6 +385,8 @@ class CommandHandler:
         media_urls: list[str] = []
         media_types: list[str] = []
         try:
+            if text.lstrip().startswith("/"):
+                self.c.prefs.watch_command(lane_of(entry))  # it may be Hermes' /yolo
             if attachment_ids:
                 # Small text files inlined ahead of the text; every file as a local media path.
                 text, media_urls, media_types = await agent_input(

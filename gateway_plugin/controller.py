@@ -426,6 +426,8 @@ class Controller:
 
     def on_send(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
         """Classify one outbound send; returns the message id Hermes will edit."""
+        # Hermes marks its answer to a message or command `notify`.
+        self.prefs.observe_yolo(lane, answered=bool((metadata or {}).get("notify")))
         kind = classify(content, metadata, self.turns.known_tools)
         run = self.turns.active(lane)
         if kind == "progress":

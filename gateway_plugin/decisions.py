@@ -280,9 +280,14 @@ class DecisionDesk:
 
     async def _pick(self, item: Pending, command: Json, value: str) -> None:
         if item.kind == "model":
-            provider, sep, model = value.partition(":")
-            if not sep or not model:
-                raise CommandError("bad_request", "value must be <provider_slug>:<model_id>")
+            offered = offered_models(item.request)
+            if value not in offered:
+                # Refused before Hermes sees it: the picker stays open for a valid answer.
+                raise CommandError(
+                    "bad_request",
+                    "value must be <provider slug>:<model id> of a model the picker offered",
+                )
+            provider, model = offered[value]
             result = item.callback(item.lane[0], model, provider)
         else:
             values = [
@@ -297,3 +302,17 @@ class DecisionDesk:
         self._resolved(item, command, status="resolved", choice=value)
         if result:
             self.c.notice(item.lane, str(result))
+
+
+def offered_models(request: Json) -> dict[str, tuple[str, str]]:
+    """A model picker's answers, ``"<slug>:<model>"`` → (slug, model), exactly as offered.
+    Matched whole, not split at a colon: slugs (``custom:proxy``) and model ids
+    (``qwen3:8b``) may contain one."""
+    offered: dict[str, tuple[str, str]] = {}
+    for provider in request.get("providers") or []:
+        if not isinstance(provider, dict) or not provider.get("slug"):
+            continue
+        slug = str(provider["slug"])
+        for model in provider.get("models") or []:
+            offered.setdefault(f"{slug}:{model}", (slug, str(model)))
+    return offered

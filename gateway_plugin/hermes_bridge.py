@@ -301,6 +301,44 @@ def reasoning_state(runner: Any, source: Any, session_key: str) -> tuple[str | N
     return str(config.get("effort") or "") or None, True, scope
 
 
+# What Hermes' /model handler asks list_picker_providers for (gateway/slash_commands.py).
+PICKER_MAX_MODELS = 50
+
+
+def probe_current_endpoint(providers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Hermes' picker rows with the active bare custom endpoint's own models.
+
+    For ``model.provider: custom`` + ``model.base_url`` (no named provider), Hermes'
+    gateway picker offers only the configured model, though switching to any model the
+    endpoint serves works; its CLI, TUI and dashboard pickers ask the endpoint
+    (``list_authenticated_providers(probe_current_custom_provider=True)``: Hermes'
+    ``fetch_api_models`` on its base URL). The same here, so a device is offered what
+    Hermes can switch to. Other rows, and an endpoint that does not answer, stay as
+    Hermes built them. Blocking (HTTP, 5 s at most): call it in a thread.
+    """
+    from hermes_cli.models import fetch_api_models
+
+    out: list[dict[str, Any]] = []
+    for row in providers:
+        if (
+            isinstance(row, dict)
+            and row.get("is_current")
+            and row.get("source") == "model-config"
+            and row.get("api_url")
+        ):
+            live = fetch_api_models("", str(row["api_url"]))
+            if live:
+                # The configured model stays offered first, as Hermes keeps it.
+                models = [m for m in row.get("models") or [] if m not in live] + list(live)
+                row = {
+                    **row,
+                    "models": models[:PICKER_MAX_MODELS],
+                    "total_models": len(models),
+                }
+        out.append(row)
+    return out
+
+
 async def run_model_command(runner: Any, event: MessageEvent) -> str:
     return str(await runner._handle_model_command(event) or "")
 

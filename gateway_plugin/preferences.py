@@ -2,6 +2,8 @@
 same Hermes logic through slash commands and pickers).
 
 YOLO lives in Hermes' memory only, so the plugin persists it and restores it at start.
+Hermes' own /yolo toggles it too: after a device's slash command the flag is compared with
+what the plugin knows, and a change is persisted and broadcast like a `yolo.set`.
 Model and reasoning changes go through Hermes' own /model and /reasoning handlers, so
 validation, credentials and persistence are exactly Hermes'.
 """
@@ -30,11 +32,58 @@ def _failed(text: str) -> bool:
 class Preferences:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        # Session keys whose YOLO is on, as recorded in the outbox (kept in memory so a
+        # comparison with Hermes' flag costs no read).
+        self._yolo: set[str] = set()
+        # Lanes a device sent a slash command to, until Hermes answers it: the session
+        # key to compare (Hermes' /yolo changes the flag without telling anyone).
+        self._watched: dict[Lane, str] = {}
 
     # -- YOLO, persisted across gateway restarts
     def restore_yolo(self) -> None:
         for session_key in self.c.outbox.meta_keys("yolo:"):
             self.c.agent.set_yolo(session_key, True)
+            self._yolo.add(session_key)
+
+    def _record_yolo(self, session_key: str, conversation_id: str | None, enabled: bool) -> None:
+        if enabled:
+            self.c.outbox.set_meta(
+                f"yolo:{session_key}", json.dumps({"conversation_id": conversation_id})
+            )
+            self._yolo.add(session_key)
+        else:
+            self.c.outbox.delete_meta(f"yolo:{session_key}")
+            self._yolo.discard(session_key)
+
+    def watch_command(self, lane: Lane) -> None:
+        """A slash command goes to Hermes in this lane: it may be /yolo."""
+        self._watched[lane] = self.c.agent.session_key(lane)
+
+    def observe_yolo(self, lane: Lane, answered: bool) -> None:
+        """Hermes sends into a lane: broadcast a YOLO change its command made. ``answered``
+        (Hermes' reply to a message) ends the watch; another send, e.g. from a run the
+        command arrived during, only looks."""
+        key = self._watched.get(lane)
+        if key is None:
+            return
+        if answered:
+            del self._watched[lane]
+        enabled = self.c.agent.yolo_enabled(key)
+        if enabled == (key in self._yolo):
+            return
+        conversation_id = self.c.conversation_id(lane)
+        self._record_yolo(key, conversation_id, enabled)
+        self.c.emit(
+            [
+                {
+                    "type": "yolo.changed",
+                    "enabled": enabled,
+                    "scope": "conversation",
+                    "conversation_id": conversation_id,
+                    "lane": list(lane),
+                }
+            ]
+        )
 
     def _entry(self, args: Json) -> ChannelEntry:
         return self.c.commands._entry_for_conversation(str(args["conversation_id"]))
@@ -66,12 +115,7 @@ class Preferences:
         key = self.c.agent.session_key((entry.chat_id, entry.thread_id))
         enabled = bool(args["enabled"])
         self.c.agent.set_yolo(key, enabled)
-        if enabled:
-            self.c.outbox.set_meta(
-                f"yolo:{key}", json.dumps({"conversation_id": entry.conversation_id})
-            )
-        else:
-            self.c.outbox.delete_meta(f"yolo:{key}")
+        self._record_yolo(key, entry.conversation_id, enabled)
         changed = {
             "type": "yolo.changed",
             "enabled": enabled,
@@ -139,10 +183,17 @@ class Preferences:
             "provider": provider or args.get("provider"),
             "scope": scope,
         }
-        if scope == "conversation":
-            changed["conversation_id"] = args["conversation_id"]
+        await self._changed(command, changed, args, lane)
+
+    async def _changed(self, command: Json, changed: Json, args: Json, lane: Lane) -> None:
+        """Answer the asking device and tell every device. A conversation's change names
+        it (its conversation_id, and its lane for iris); a global one names no lane."""
+        broadcast = changed
+        if changed["scope"] == "conversation":
+            changed = {**changed, "conversation_id": args["conversation_id"]}
+            broadcast = {**changed, "lane": list(lane)}
         await self.c.reply(command, {**changed, "request_id": command.get("request_id")})
-        self.c.emit([{**changed, "lane": list(lane)}])
+        self.c.emit([broadcast])
 
     # -- reasoning
     async def cmd_reasoning_current(self, command: Json, args: Json) -> None:
@@ -174,7 +225,4 @@ class Preferences:
         if _failed(text):
             raise CommandError("bad_request", text.strip()[:500])
         changed: Json = {"type": "reasoning.changed", "effort": effort, "scope": scope}
-        if scope == "conversation":
-            changed["conversation_id"] = args["conversation_id"]
-        await self.c.reply(command, {**changed, "request_id": command.get("request_id")})
-        self.c.emit([{**changed, "lane": list(lane)}])
+        await self._changed(command, changed, args, lane)

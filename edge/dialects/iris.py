@@ -282,10 +282,15 @@ class IrisDialect:
             # Approvals and clarifications are pickers in this dialect.
             body = {k: v for k, v in event.items() if k not in _NOT_IRIS}
             return {**body, "type": _PICKER_NAMES[kind], **base}
-        if kind.startswith(
-            ("channel.", "picker.", "commentary", "media.", "yolo.", "model.", "reasoning.")
-        ):
+        if kind.startswith(("channel.", "picker.", "commentary", "media.")):
             body = {k: v for k, v in event.items() if k not in ("lane", "conversation_id")}
+            if "lane" in event:
+                body.update(base)
+            return body
+        if kind.startswith(("yolo.", "model.", "reasoning.")):
+            # A conversation's preference names its lane and its conversation id (the one
+            # pheby devices know it by); a global one names neither.
+            body = {k: v for k, v in event.items() if k != "lane"}
             if "lane" in event:
                 body.update(base)
             return body

@@ -135,8 +135,9 @@ _FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "clarify.resolved": ("type", "clarify_id", "accepted", "status", "request_id"),
     "yolo.changed": ("type", "enabled", "scope", "conversation_id"),
-    "model.changed": ("type", "model", "provider", "scope"),
-    "reasoning.changed": ("type", "effort", "scope"),
+    # conversation_id when the scope is a conversation: other devices must know which one.
+    "model.changed": ("type", "model", "provider", "scope", "conversation_id"),
+    "reasoning.changed": ("type", "effort", "scope", "conversation_id"),
 }
 _ALWAYS = frozenset({"type", "conversation_id", "run_id", "choices", "choice", "duration_ms"})
 

@@ -345,6 +345,24 @@ def test_channel_events_pass_through_with_their_entry_and_cursor() -> None:
     assert "lane" not in frame and "conversation_id" not in frame
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"type": "yolo.changed", "enabled": True, "scope": "conversation"},
+        {"type": "model.changed", "model": "m", "provider": "p", "scope": "conversation"},
+        {"type": "reasoning.changed", "effort": "high", "scope": "conversation"},
+    ],
+)
+def test_a_conversations_preference_change_names_its_lane_and_conversation(change: Json) -> None:
+    event = {**change, "conversation_id": CID, "lane": list(LANE), "cursor": 12}
+    assert iris.encode_event(event) == {**change, **BASE, "conversation_id": CID, "cursor": 12}
+
+
+def test_a_global_preference_change_names_no_lane() -> None:
+    event = {"type": "model.changed", "model": "m", "provider": "p", "scope": "global", "cursor": 3}
+    assert iris.encode_event(event) == event
+
+
 @pytest.mark.parametrize("kind", ["conversation.updated", "user.message", "something.new"])
 def test_events_iris_has_no_frame_for_encode_to_none(kind: str) -> None:
     assert iris.encode_event({"type": kind, "lane": ["a", None], "cursor": 1}) is None

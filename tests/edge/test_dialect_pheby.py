@@ -541,6 +541,28 @@ def test_approval_requests_pass_through_without_routing_internals() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"type": "model.changed", "model": "m", "provider": "p", "scope": "conversation"},
+        {"type": "reasoning.changed", "effort": "high", "scope": "conversation"},
+    ],
+)
+def test_a_conversations_model_or_reasoning_change_names_the_conversation(change: Json) -> None:
+    event = {**change, "conversation_id": CID, "lane": ["android:default", None], "cursor": 5}
+    assert pheby.encode_event(event) == {**change, "conversation_id": CID}
+
+
+def test_a_global_model_change_names_no_conversation() -> None:
+    event = {"type": "model.changed", "model": "m", "provider": "p", "scope": "global", "cursor": 5}
+    assert pheby.encode_event(event) == {
+        "type": "model.changed",
+        "model": "m",
+        "provider": "p",
+        "scope": "global",
+    }
+
+
 @pytest.mark.parametrize("kind", ["user.message", "picker.request", "media.ready", "something.new"])
 def test_events_pheby_has_no_frame_for_encode_to_none(kind: str) -> None:
     assert pheby.encode_event({"type": kind, "cursor": 3, "lane": ["a", None]}) is None

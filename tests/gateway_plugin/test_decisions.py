@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from gateway_plugin.decisions import offered_models
 from gateway_plugin.interactive import PICKER_TTL_S
 from tests.gateway_plugin.test_controller_output import _command, _outbox
 from tests.gateway_plugin.test_hellos import _Rig, make_rig, rig
@@ -83,3 +84,19 @@ async def test_stale_pickers_are_closed_on_every_device_and_forgotten(rig: _Rig)
     clock.now += PICKER_TTL_S
     assert desk.expire_due() == 1 and desk.state.pending == {}
     assert desk.snapshot(LANE)["pickers"] == []
+
+
+def test_a_model_picker_accepts_exactly_the_provider_model_pairs_it_offered() -> None:
+    request = {
+        "providers": [
+            {"slug": "custom", "models": ["scripted-model", "other-model"]},
+            {"slug": "custom:proxy", "models": ["qwen3:8b"]},
+            {"slug": "", "models": ["nameless"]},
+        ]
+    }
+    assert offered_models(request) == {
+        "custom:scripted-model": ("custom", "scripted-model"),
+        "custom:other-model": ("custom", "other-model"),
+        "custom:proxy:qwen3:8b": ("custom:proxy", "qwen3:8b"),
+    }
+    assert offered_models({}) == {}
