@@ -139,7 +139,10 @@ def test_the_caddyfile_proxies_websockets_to_health_checked_edges() -> None:
 
 
 def test_the_runbook_names_the_files_to_back_up_and_the_metrics_to_watch() -> None:
-    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    text = "".join(
+        (ROOT / "docs" / page).read_text(encoding="utf-8")
+        for page in ("operations.md", "troubleshooting.md")
+    )
     for needed in (
         "android/outbox.db",
         "android/channels.db",
