@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -125,7 +126,13 @@ def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
 
 class DeviceSession:
     def __init__(
-        self, ws: WebSocket, hub: Hub, *, send_queue_frames: int = 1024, wire: Wire | None = None
+        self,
+        ws: WebSocket,
+        hub: Hub,
+        *,
+        send_queue_frames: int = 1024,
+        wire: Wire | None = None,
+        on_hello: Callable[[], None] | None = None,
     ) -> None:
         self.ws = ws
         self.wire = wire
@@ -135,6 +142,7 @@ class DeviceSession:
         self.send_queue_frames = send_queue_frames
         self.conn: Connection | None = None
         self.bucket = TokenBucket(rate=50.0, burst=200.0)
+        self.on_hello = on_hello  # the socket has shown who it is (edge.guard)
 
     async def _send_now(self, frame: Json) -> None:
         await self.ws.send_text(encode(frame))
@@ -172,6 +180,8 @@ class DeviceSession:
         except WebSocketDisconnect:
             return
         self.conn = conn
+        if self.on_hello is not None:
+            self.on_hello()
         try:
             await self._frames(conn)
         except WebSocketDisconnect:
