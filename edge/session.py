@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -17,13 +16,14 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from canonical.errors import BusUnavailable
-from canonical.jsonenc import has_lone_surrogate
+from canonical.jsonenc import TooDeep, has_lone_surrogate, loads_bounded
 from canonical.protocol import (
     HELLO_TIMEOUT_S,
     LOCKOUT_FAILURES,
     LOCKOUT_WINDOW_S,
     MAX_CURSOR,
     MAX_FRAME_BYTES,
+    MAX_JSON_DEPTH,
     new_id,
     now_iso,
 )
@@ -48,6 +48,7 @@ from .wire import UvicornWire as Wire
 log = logging.getLogger("hdg.edge.session")
 
 Json = dict[str, Any]
+NESTED_TOO_DEEP = f"frames may nest arrays and objects at most {MAX_JSON_DEPTH} levels deep"
 LONE_SURROGATE = "frames must be valid Unicode: a lone surrogate escape (\\ud800-\\udfff) is not"
 
 
@@ -218,16 +219,21 @@ class DeviceSession:
             raise _Refused(
                 "pheby", "auth_timeout", "no hello within 10 seconds", CLOSE_AUTH_TIMEOUT
             ) from None
+        not_json = "the first frame must be a JSON hello"
         try:
-            hello = json.loads(raw) if raw is not None and not raw.startswith("\x00") else None
+            hello = (
+                loads_bounded(raw, MAX_JSON_DEPTH)
+                if raw is not None and not raw.startswith("\x00")
+                else None
+            )
+        except TooDeep:
+            hello, not_json = None, NESTED_TOO_DEEP
         except ValueError:
             hello = None
         if raw is not None and hello is not None and has_lone_surrogate(raw, hello):
             hello = None
         if not isinstance(hello, dict):
-            await self._fail_hello(
-                "pheby", "invalid_json", "the first frame must be a JSON hello", CLOSE_UNAUTHORIZED
-            )
+            await self._fail_hello("pheby", "invalid_json", not_json, CLOSE_UNAUTHORIZED)
             raise AssertionError("unreachable")
         dialect = dialects.detect(hello)
         request_id = hello.get("request_id")
@@ -371,7 +377,9 @@ class DeviceSession:
                 if not self.bucket.take():
                     raise FrameRejected("rate_limited", "too many frames; slow down")
                 try:
-                    frame = json.loads(raw)
+                    frame = loads_bounded(raw, MAX_JSON_DEPTH)
+                except TooDeep:
+                    raise FrameRejected("invalid_json", NESTED_TOO_DEEP) from None
                 except ValueError:
                     raise FrameRejected("invalid_json", "frame is not valid JSON") from None
                 if not isinstance(frame, dict):
