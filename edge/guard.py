@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from . import metrics
 
@@ -131,9 +131,9 @@ class GuardedHttp(asyncio.Protocol):
         """Whether a request header is due (the timer runs)."""
         return self._timer is not None
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+    def connection_made(self, base: asyncio.BaseTransport) -> None:
+        # (uvloop's transports are not asyncio.Transport subclasses, only alike.)
+        self.transport = transport = cast(asyncio.Transport, base)
         peer = transport.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else None  # (Unix socket: no)
         if host is not None:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+import uvloop
 
 from canonical.client import DeviceClient
 from canonical.memory_bus import MemoryBus
@@ -47,6 +48,12 @@ class Edge:
 
 @pytest.fixture(params=["fast", "stock"])
 async def edge(request: pytest.FixtureRequest) -> AsyncIterator[Edge]:
+    async with running_edge(stock=request.param == "stock") as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def running_edge(*, stock: bool) -> AsyncIterator[Edge]:
     bus = MemoryBus()
     await bus.register_tenant(TENANT, TOKEN)
     port = free_port()
@@ -59,8 +66,8 @@ async def edge(request: pytest.FixtureRequest) -> AsyncIterator[Edge]:
         }
     )
     state = make_state(settings, bus)
-    stock = {"http": "httptools", "ws": "websockets-sansio"} if request.param == "stock" else {}
-    config = uvicorn_config(build_app(state), settings, **stock)
+    protocols = {"http": "httptools", "ws": "websockets-sansio"} if stock else {}
+    config = uvicorn_config(build_app(state), settings, **protocols)
     server = EmbeddedServer(config)
     task = asyncio.create_task(server.serve())
     for _ in range(500):
@@ -177,6 +184,26 @@ async def test_a_websocket_over_its_addresss_cap_is_told_why(edge: Edge) -> None
         assert ticket is not None
         ticket.release()
     assert edge.state.unauthenticated.count("10.9.9.9") == 0
+
+
+@pytest.mark.parametrize("stock", [False, True], ids=["fast", "stock"])
+def test_the_guard_works_on_uvloop_whose_transports_are_not_asyncios(stock: bool) -> None:
+    """Standalone edges run uvloop; the tests above run the embedded edge's asyncio loop."""
+
+    async def scenario() -> None:
+        async with running_edge(stock=stock) as edge:
+            stalled = [await opened(edge, first=PARTIAL) for _ in range(CAP)]
+            assert (await healthz(edge, "127.0.0.1")).startswith(b"HTTP/1.1 429 ")
+            assert (await healthz(edge, "127.0.0.2")).startswith(b"HTTP/1.1 200 ")
+            device = await DeviceClient(edge.url).connect(local_addr=("127.0.0.2", 0))
+            assert (await device.hello_pheby(TOKEN))["type"] == "ready"
+            await device.close()
+            for reader in stalled:
+                assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 408 ")
+            await test_a_kept_alive_connection_must_send_its_next_header_in_time(edge)
+            assert edge.state.unauthenticated.count("127.0.0.1") == 0
+
+    uvloop.run(scenario())
 
 
 def test_places_are_counted_per_address_and_released_once() -> None:
