@@ -78,3 +78,41 @@ def has_lone_surrogate(raw: str, parsed: Any) -> bool:
     except UnicodeEncodeError:
         return True
     return False
+
+
+class TooDeep(ValueError):
+    """A JSON document nested deeper than allowed."""
+
+
+def loads_bounded(text: str, max_depth: int) -> Any:
+    """``json.loads``, refusing with :class:`TooDeep` (a ValueError) a document nested more
+    than ``max_depth`` arrays and objects deep.
+
+    ``json.loads`` recurses once per level: about a thousand levels (2 KB of brackets)
+    raise RecursionError, and fewer would still exhaust the stack of whatever handles the
+    document next (its encoder, the plugin). A text with at most ``max_depth`` brackets
+    cannot nest deeper, so an ordinary frame costs two ``str.count`` and no walk.
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return json.loads(text)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise TooDeep(f"nested deeper than {max_depth} levels") from None
+    if _deeper_than(value, max_depth):
+        raise TooDeep(f"nested deeper than {max_depth} levels")
+    return value
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds arrays/objects more than ``limit`` deep (no recursion)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False

@@ -20,6 +20,9 @@ MAX_FRAME_BYTES = 2 * 1024 * 1024
 # Cursors and offsets are SQLite integers (signed 64-bit): a larger one is a bad request.
 MAX_CURSOR = 2**63 - 1
 MAX_HISTORY = 500
+# Arrays and objects in a frame, nested: far above any frame's shape, far below the
+# recursion limit of json and of whatever handles the frame next.
+MAX_JSON_DEPTH = 64
 HELLO_TIMEOUT_S = 10.0
 LOCKOUT_FAILURES = 5
 LOCKOUT_WINDOW_S = 60.0

@@ -231,6 +231,27 @@ class GatewaySettings(BaseSettings):
         json_schema_extra={"extra_keys": ["send_queue_frames"]},
         description="Frames queued per connection before a slow device is closed with 4008 (it recovers by replay).",
     )
+    # Hostile and slow clients (docs/operations.md, "Limits on unauthenticated sockets").
+    http_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias="ANDROID_HTTP_HEADER_TIMEOUT_S",
+        json_schema_extra={"extra_keys": ["http_header_timeout_s"]},
+    )
+    http_body_idle_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        allow_inf_nan=False,
+        validation_alias="ANDROID_HTTP_BODY_IDLE_TIMEOUT_S",
+        json_schema_extra={"extra_keys": ["http_body_idle_timeout_s"]},
+    )
+    max_unauthenticated_per_address: int = Field(
+        default=64,
+        ge=1,
+        validation_alias="ANDROID_MAX_UNAUTHENTICATED_PER_ADDRESS",
+        json_schema_extra={"extra_keys": ["max_unauthenticated_per_address"]},
+    )
     redis_connect_timeout_s: float = Field(
         default=2.0,
         gt=0,

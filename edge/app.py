@@ -21,7 +21,9 @@ from canonical.protocol import new_id
 from . import metrics, worker_metrics
 from .attachments import AttachmentStore
 from .attachments import routes as attachment_routes
-from .hub import Hub
+from .errors import CLOSE_UNAVAILABLE
+from .guard import Unauthenticated, guarded_protocol
+from .hub import DIALECTS, Hub, encode
 from .media import MediaFrames
 from .session import DeviceSession
 from .wire import wire_for
@@ -39,6 +41,8 @@ class EdgeState:
         send_queue_frames: int = 1024,
         attachments_dir: Path | None = None,
         max_upload_bytes: int = 64 * 1024 * 1024,
+        max_unauthenticated_per_address: int = 64,
+        body_idle_timeout_s: float = 30.0,
     ) -> None:
         self.bus = bus
         self.edge_id = edge_id or new_id(6)
@@ -49,7 +53,11 @@ class EdgeState:
         # Attachments: HTTP uploads/downloads and iris media frames, on shared storage.
         if attachments_dir is None:
             log.warning("attachments are disabled on this edge: ANDROID_ATTACHMENTS_DIR is not set")
-        self.attachments = AttachmentStore(self.hub, attachments_dir, max_upload_bytes)
+        self.attachments = AttachmentStore(
+            self.hub, attachments_dir, max_upload_bytes, body_idle_timeout_s
+        )
+        # Sockets per source address not past their request header or hello (edge.guard).
+        self.unauthenticated = Unauthenticated(max_unauthenticated_per_address)
         self.hub.media = MediaFrames(self.attachments)
 
 
@@ -68,6 +76,13 @@ class EdgeApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket" and scope["path"] == "/ws":
             await self._device(scope, receive, send)
+        elif scope["type"] == "http" and (guard := guarded_protocol(send)) is not None:
+            # The connection's next request header is due once this response is out.
+            guard.request_started()
+            try:
+                await self.http(scope, receive, send)
+            finally:
+                guard.request_finished()
         else:
             await self.http(scope, receive, send)
 
@@ -78,13 +93,33 @@ class EdgeApp:
         if origin and state.allowed_origins and origin not in state.allowed_origins:
             await ws.close(code=1008)
             return
+        # Until its hello succeeds a socket holds one of its address's places (edge.guard).
+        client = scope.get("client")
+        ticket = state.unauthenticated.ticket(str(client[0]) if client else "unknown")
+        if ticket is None:
+            metrics.UNAUTHENTICATED_REFUSED.inc()
+            await ws.accept()
+            await ws.send_text(
+                encode(
+                    DIALECTS["pheby"].error_frame(
+                        "rate_limited", "too many unauthenticated connections from this address"
+                    )
+                )
+            )
+            await ws.close(CLOSE_UNAVAILABLE)
+            return
         session = DeviceSession(
-            ws, state.hub, send_queue_frames=state.send_queue_frames, wire=wire_for(send)
+            ws,
+            state.hub,
+            send_queue_frames=state.send_queue_frames,
+            wire=wire_for(send),
+            on_hello=ticket.release,
         )
         state.sessions.add(session)
         try:
             await session.run()
         finally:
+            ticket.release()
             state.sessions.discard(session)
 
 

@@ -30,6 +30,7 @@ from canonical.bus import Bus
 from canonical.errors import BusUnavailable
 from canonical.protocol import LOCKOUT_FAILURES, LOCKOUT_WINDOW_S, new_id
 
+from . import metrics
 from .errors import BUS_UNREACHABLE
 from .hub import Hub
 
@@ -87,10 +88,15 @@ MAX_UPLOADS_AT_ONCE = 4
 class AttachmentStore:
     """The edge's side of attachment storage: it writes files and asks the plugin."""
 
-    def __init__(self, hub: Hub, root: Path | None, max_bytes: int) -> None:
+    def __init__(
+        self, hub: Hub, root: Path | None, max_bytes: int, body_idle_timeout_s: float = 30.0
+    ) -> None:
         self.hub = hub
         self.root = root
         self.max_bytes = max_bytes
+        # An upload whose body stops coming for this long is cut: it would hold one of
+        # the tenant's MAX_UPLOADS_AT_ONCE places for as long as the client liked.
+        self.body_idle_timeout_s = body_idle_timeout_s
         self._receiving: dict[str, int] = {}  # tenant -> HTTP bodies being received
 
     def check_room(self, tenant: str) -> None:
@@ -282,6 +288,8 @@ async def authenticate(request: Request, bus: Bus) -> str:
 
 def _refusal(refused: Refused) -> JSONResponse:
     headers = {"WWW-Authenticate": 'Bearer realm="hermes"'} if refused.status == 401 else None
+    if refused.status == 408:  # the rest of the body is not read: the connection is done
+        headers = {"Connection": "close"}
     return error_response(refused.status, refused.code, refused.message, headers)
 
 
@@ -327,7 +335,9 @@ def routes(store: AttachmentStore) -> list[Route]:
             where = {"conversation_id": conversation_id}
             await store.check(tenant, where)
             with store.receiving(tenant):
-                stored = await _receive(request, root, tenant, store.max_bytes)
+                stored = await _receive(
+                    request, root, tenant, store.max_bytes, store.body_idle_timeout_s
+                )
                 mime = spec.guess_mime(filename, request.headers.get("content-type"))
                 attachment = await store.register(tenant, stored, where, filename, mime)
         except Refused as refused:
@@ -362,13 +372,27 @@ def routes(store: AttachmentStore) -> list[Route]:
     ]
 
 
-async def _receive(request: Request, root: Path, tenant: str, limit: int) -> Stored:
-    """Stream the body to ``incoming/<id>.part``, then move it to ``<tenant>/<id>``."""
+async def _receive(
+    request: Request, root: Path, tenant: str, limit: int, idle_timeout: float
+) -> Stored:
+    """Stream the body to ``incoming/<id>.part``, then move it to ``<tenant>/<id>``; 408 when
+    no byte of it comes for ``idle_timeout`` seconds."""
     attachment_id = new_id()
     writer = BodyWriter(spec.incoming_dir(root, tenant) / f"{attachment_id}.part", limit)
     try:
         writer.open()
-        async for chunk in request.stream():
+        chunks = request.stream()
+        while True:
+            try:
+                async with asyncio.timeout(idle_timeout):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                metrics.SLOW_REQUESTS.labels("body").inc()
+                raise Refused(
+                    408, "bad_request", f"the upload stalled: no data for {idle_timeout:g} s"
+                ) from None
             if not await writer.add(chunk):
                 raise Refused(413, "too_large", f"files are limited to {limit} bytes")
         await writer.close()

@@ -17,6 +17,10 @@ Names (all prefixed ``hdg_edge_``):
 - ``hello_failures_total{code}``      refused hellos (unauthorized, version_mismatch …)
 - ``lockouts_total``                  connections refused because the address is locked out
 - ``control_closes_total{action}``    connections closed by the plugin (revoke, rotate)
+- ``unauthenticated_refused_total``   sockets refused: their address held too many that
+                                      were not past their request header or hello
+- ``slow_requests_total{phase}``      requests cut for a header (``header``) or an upload
+                                      body (``body``) that stopped coming
 
 In embedded mode the plugin's metrics (``hdg_plugin_*``) live in the same process and
 registry, so the embedded edge's `/metrics` shows them too.
@@ -50,6 +54,15 @@ CONTROL_CLOSES = Counter(
     "hdg_edge_control_closes_total",
     "Connections closed on the plugin's order (revocation, token rotation).",
     ["action"],
+)
+UNAUTHENTICATED_REFUSED = Counter(
+    "hdg_edge_unauthenticated_refused_total",
+    "Sockets refused: their address held too many not past their request header or hello.",
+)
+SLOW_REQUESTS = Counter(
+    "hdg_edge_slow_requests_total",
+    "Requests cut because their header or upload body stopped coming.",
+    ["phase"],
 )
 
 _HUBS: weakref.WeakSet[Hub] = weakref.WeakSet()

@@ -13,6 +13,8 @@ from types import FrameType
 from typing import Any
 
 import uvicorn
+from uvicorn.config import HTTP_PROTOCOLS
+from uvicorn.importer import import_from_string
 
 from canonical.errors import SettingsError
 from canonical.protocol import MAX_FRAME_BYTES
@@ -20,6 +22,7 @@ from canonical.settings import GatewaySettings
 
 from .app import EdgeState, build_app
 from .errors import CLOSE_GOING_AWAY
+from .guard import guarded
 from .protocols import server_protocols
 
 
@@ -49,6 +52,17 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
         **ssl,
     }
     options.update(overrides)
+    state = getattr(getattr(app, "state", None), "edge", None)
+    if isinstance(state, EdgeState):
+        # Whichever HTTP protocol runs (ours or uvicorn's stock one), a socket must finish
+        # its request header in time, and an address may hold only so many unfinished.
+        http = options["http"]
+        protocol_class = (
+            import_from_string(HTTP_PROTOCOLS.get(http, http)) if isinstance(http, str) else http
+        )
+        options["http"] = guarded(
+            protocol_class, state.unauthenticated, settings.http_header_timeout_s
+        )
     return uvicorn.Config(app, **options)
 
 
@@ -131,6 +145,8 @@ def make_state(settings: GatewaySettings, bus: Any) -> EdgeState:
         send_queue_frames=settings.send_queue_frames,
         attachments_dir=settings.attachments_dir,
         max_upload_bytes=settings.max_upload_bytes,
+        max_unauthenticated_per_address=settings.max_unauthenticated_per_address,
+        body_idle_timeout_s=settings.http_body_idle_timeout_s,
     )
 
 

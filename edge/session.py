@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from canonical.errors import BusUnavailable
-from canonical.jsonenc import has_lone_surrogate
+from canonical.jsonenc import TooDeep, has_lone_surrogate, loads_bounded
 from canonical.protocol import (
     HELLO_TIMEOUT_S,
     LOCKOUT_FAILURES,
     LOCKOUT_WINDOW_S,
     MAX_CURSOR,
     MAX_FRAME_BYTES,
+    MAX_JSON_DEPTH,
     new_id,
     now_iso,
 )
@@ -47,6 +48,7 @@ from .wire import UvicornWire as Wire
 log = logging.getLogger("hdg.edge.session")
 
 Json = dict[str, Any]
+NESTED_TOO_DEEP = f"frames may nest arrays and objects at most {MAX_JSON_DEPTH} levels deep"
 LONE_SURROGATE = "frames must be valid Unicode: a lone surrogate escape (\\ud800-\\udfff) is not"
 
 
@@ -125,7 +127,13 @@ def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
 
 class DeviceSession:
     def __init__(
-        self, ws: WebSocket, hub: Hub, *, send_queue_frames: int = 1024, wire: Wire | None = None
+        self,
+        ws: WebSocket,
+        hub: Hub,
+        *,
+        send_queue_frames: int = 1024,
+        wire: Wire | None = None,
+        on_hello: Callable[[], None] | None = None,
     ) -> None:
         self.ws = ws
         self.wire = wire
@@ -135,6 +143,7 @@ class DeviceSession:
         self.send_queue_frames = send_queue_frames
         self.conn: Connection | None = None
         self.bucket = TokenBucket(rate=50.0, burst=200.0)
+        self.on_hello = on_hello  # the socket has shown who it is (edge.guard)
 
     async def _send_now(self, frame: Json) -> None:
         await self.ws.send_text(encode(frame))
@@ -172,6 +181,8 @@ class DeviceSession:
         except WebSocketDisconnect:
             return
         self.conn = conn
+        if self.on_hello is not None:
+            self.on_hello()
         try:
             await self._frames(conn)
         except WebSocketDisconnect:
@@ -208,16 +219,21 @@ class DeviceSession:
             raise _Refused(
                 "pheby", "auth_timeout", "no hello within 10 seconds", CLOSE_AUTH_TIMEOUT
             ) from None
+        not_json = "the first frame must be a JSON hello"
         try:
-            hello = json.loads(raw) if raw is not None and not raw.startswith("\x00") else None
+            hello = (
+                loads_bounded(raw, MAX_JSON_DEPTH)
+                if raw is not None and not raw.startswith("\x00")
+                else None
+            )
+        except TooDeep:
+            hello, not_json = None, NESTED_TOO_DEEP
         except ValueError:
             hello = None
         if raw is not None and hello is not None and has_lone_surrogate(raw, hello):
             hello = None
         if not isinstance(hello, dict):
-            await self._fail_hello(
-                "pheby", "invalid_json", "the first frame must be a JSON hello", CLOSE_UNAUTHORIZED
-            )
+            await self._fail_hello("pheby", "invalid_json", not_json, CLOSE_UNAUTHORIZED)
             raise AssertionError("unreachable")
         dialect = dialects.detect(hello)
         request_id = hello.get("request_id")
@@ -361,7 +377,9 @@ class DeviceSession:
                 if not self.bucket.take():
                     raise FrameRejected("rate_limited", "too many frames; slow down")
                 try:
-                    frame = json.loads(raw)
+                    frame = loads_bounded(raw, MAX_JSON_DEPTH)
+                except TooDeep:
+                    raise FrameRejected("invalid_json", NESTED_TOO_DEEP) from None
                 except ValueError:
                     raise FrameRejected("invalid_json", "frame is not valid JSON") from None
                 if not isinstance(frame, dict):

@@ -128,6 +128,9 @@ def test_the_home_channel_is_trimmed() -> None:
         ("ANDROID_REDIS_CONNECT_TIMEOUT_S", "0"),
         ("ANDROID_REDIS_COMMAND_TIMEOUT_S", "-1"),
         ("ANDROID_REDIS_HEALTH_CHECK_S", "soon"),
+        ("ANDROID_HTTP_HEADER_TIMEOUT_S", "0"),
+        ("ANDROID_HTTP_BODY_IDLE_TIMEOUT_S", "inf"),
+        ("ANDROID_MAX_UNAUTHENTICATED_PER_ADDRESS", "0"),
     ],
 )
 def test_a_wrong_environment_setting_raises_settings_error_naming_the_variable(
@@ -258,3 +261,21 @@ def test_a_redis_timeout_that_is_not_a_finite_positive_number_is_refused_naming_
     with pytest.raises(SettingsError) as raised:
         load_settings()
     assert raised.value.setting == "ANDROID_REDIS_HEALTH_CHECK_S"
+
+
+def test_the_limits_on_slow_and_unauthenticated_sockets_are_read_from_the_environment(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    defaults = load_settings()
+    assert (
+        defaults.http_header_timeout_s,
+        defaults.http_body_idle_timeout_s,
+        defaults.max_unauthenticated_per_address,
+    ) == (10.0, 30.0, 64)
+    clean_env.setenv("ANDROID_HTTP_HEADER_TIMEOUT_S", "0.5")
+    clean_env.setenv("ANDROID_HTTP_BODY_IDLE_TIMEOUT_S", "2")
+    clean_env.setenv("ANDROID_MAX_UNAUTHENTICATED_PER_ADDRESS", "3")
+    settings = load_settings()
+    assert settings.http_header_timeout_s == 0.5
+    assert settings.http_body_idle_timeout_s == 2.0
+    assert settings.max_unauthenticated_per_address == 3
