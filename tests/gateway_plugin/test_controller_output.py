@@ -243,6 +243,7 @@ async def test_an_auto_threaded_send_taken_again_after_a_crash_goes_to_its_threa
     agent = _RecordingAgent()
     rig: _Rig = await make_rig(agent=agent)
     try:
+        rig.controller.channels.set_threads_enabled("android:default", True)
         frame = _send("plan the trip", "c-auto")
         frame["args"]["auto_thread"] = True
         await rig.submit(frame)
@@ -267,6 +268,7 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
     rig: _Rig = await make_rig(agent=agent)
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         await rig.submit(_command("channel.set_default", "s1", chat_id=work.chat_id))
         await rig.replies_for(1)
@@ -303,6 +305,7 @@ async def test_an_auto_thread_whose_run_the_agent_refused_awaits_no_title(
 ) -> None:
     rig: _Rig = await make_rig(agent=_BalkingAgent())
     try:
+        rig.controller.channels.set_threads_enabled("android:default", True)
         await rig.submit(_auto_send("first", "c1"))
         [ack] = await rig.replies_for(1)
         assert ack["body"]["thread_id"] is not None
@@ -317,6 +320,7 @@ async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
     rig: _Rig = await make_rig(agent=_RecordingAgent())
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)
         await rig.submit(_auto_send("plan the trip", "c1"), _auto_send("pack the bags", "c2"))
         first, second = (
             ("android:default", r["body"]["thread_id"]) for r in await rig.replies_for(2)
@@ -345,6 +349,7 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
     rig: _Rig = await make_rig(agent=agent)
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         controller.channels.set_default(work.chat_id)
         delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)
