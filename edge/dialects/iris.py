@@ -30,16 +30,21 @@ def _message_send(f: Json) -> Json:
         raise FrameRejected(
             "bad_request", "auto_thread must be a JSON boolean", f.get("request_id")
         )
+    # Attachment ids (media.uploaded's media_ref), claimed like pheby's attachment_ids.
+    media_refs = fields.str_list(f, "media_refs", max_items=attachments.MAX_PER_MESSAGE)
+    # A send of files alone carries no text (seed 06 §6.3.1); otherwise text is required.
+    text = fields.text(f, required=not media_refs)
+    if not text.strip():
+        text = ""
     args = {
         **_lane(f),
-        "text": fields.text(f),
+        "text": text,
         "client_id": fields.req_str(f, "client_id", max_len=128),
         "auto_thread": auto,
         "reply_to": fields.opt_str(f, "reply_to", max_len=64),
     }
-    if f.get("media_refs") is not None:
-        # Attachment ids (media.uploaded's media_ref), claimed like pheby's attachment_ids.
-        args["media_refs"] = fields.str_list(f, "media_refs", max_items=attachments.MAX_PER_MESSAGE)
+    if media_refs:
+        args["media_refs"] = media_refs
     return args
 
 
