@@ -48,6 +48,11 @@ def _message_send(f: Json) -> Json:
     return args
 
 
+def _role(event: Json, role: str) -> str:
+    """Seed 06 §6.5: a cron delivery is a message of role "cron" (kind "cron" as well)."""
+    return "cron" if event.get("kind") == "cron" else role
+
+
 def _hex_id(f: Json, key: str, *, required: bool = True) -> str | None:
     value = f.get(key)
     if value is None and not required:
@@ -215,7 +220,7 @@ class IrisDialect:
                 **base,
                 "run_id": event["run_id"],
                 "message_id": event["message_id"],
-                "role": "assistant",
+                "role": _role(event, "assistant"),
             }
         if kind == "message.delta":
             reply = event.get("reply", event["text"])
@@ -232,7 +237,7 @@ class IrisDialect:
                 "type": "message",
                 **base,
                 "message_id": event["message_id"],
-                "role": event.get("role", "assistant"),
+                "role": _role(event, event.get("role", "assistant")),
                 "kind": event.get("kind", "reply"),
                 "text": event.get("reply", event["text"]),
                 "ts": event["ts"],

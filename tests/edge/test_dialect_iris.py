@@ -300,6 +300,16 @@ def test_message_start_is_an_assistant_message_start() -> None:
     }
 
 
+def test_a_cron_delivery_is_of_role_cron_from_its_start_to_its_message() -> None:
+    start = iris.encode_event({**TURN["message.start"], "kind": "cron"})
+    complete = iris.encode_event(
+        {**TURN["message.complete"], "kind": "cron", "cron_job": {"id": "j1", "name": "n"}}
+    )
+    assert start is not None and start["role"] == "cron"
+    assert complete is not None and (complete["role"], complete["kind"]) == ("cron", "cron")
+    assert complete["cron_job"] == {"id": "j1", "name": "n"}
+
+
 def test_message_delta_is_message_update_with_the_cumulative_text() -> None:
     assert iris.encode_event(TURN["message.delta"]) == {
         "type": "message.update",

@@ -38,7 +38,9 @@ async def test_cron_output_during_a_users_run_is_a_cron_run_of_its_own(rig: _Rig
     assert controller.turns.active(HOME) is run and run.text() == "Roses are red, violets are blue"
     cron = [e for e in _outbox(rig) if e["type"] == "message.complete" and e["kind"] == "cron"]
     assert len(cron) == 1 and cron[0]["run_id"] != run.run_id
-    assert cron[0]["text"] == CRON_TEXT and cron[0]["cron_job"]["id"] == "j1"
+    # Under the seed's header in place of Hermes' wrapper (docs/protocol/iris.md).
+    assert cron[0]["text"] == "[Cron delivery: nightly]\n\nthe report"
+    assert cron[0]["cron_job"] == {"id": "j1", "name": "nightly"}
 
 
 async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowhere(

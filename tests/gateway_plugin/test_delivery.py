@@ -84,7 +84,7 @@ async def test_a_cli_cron_run_delivers_its_media_as_attachments_after_its_text(
     complete = events[-6]
     assert complete["type"] == "message.complete" and complete["kind"] == "cron"
     assert complete["cron_job"] == {"id": "j1", "name": "nightly"}
-    assert complete["text"].endswith("the chart")
+    assert complete["text"] == "[Cron delivery: nightly]\n\nthe chart"
     added = [e["attachment"] for e in events[-4:]]
     assert [(a["filename"], a["kind"], a["direction"]) for a in added] == [
         ("chart.png", "image", "outbound"),
