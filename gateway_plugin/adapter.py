@@ -167,6 +167,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
     # -- lanes
     def _lane(self, chat_id: str, metadata: dict[str, Any] | None) -> Lane | None:
         assert self.controller is not None
+        chat_id = hb.delivery_chat_id(chat_id, self.hdg_settings)
         thread_id = (metadata or {}).get("thread_id")
         if thread_id:
             return (chat_id, str(thread_id))

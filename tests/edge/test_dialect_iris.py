@@ -213,7 +213,11 @@ INVALID: list[tuple[str, Json, str]] = [
     ("send blank text", {**SEND, "text": "   "}, "bad_request"),
     ("send without text", {k: v for k, v in SEND.items() if k != "text"}, "bad_request"),
     ("send blank text, no media", {**SEND, "text": "", "media_refs": []}, "bad_request"),
-    ("send media with text not a string", {**SEND, "text": 5, "media_refs": ["a" * 32]}, "bad_request"),
+    (
+        "send media with text not a string",
+        {**SEND, "text": 5, "media_refs": ["a" * 32]},
+        "bad_request",
+    ),
     ("send text too large", {**SEND, "text": "x" * (MAX_TEXT_CHARS + 1)}, "too_large"),
     ("auto_thread a string", {**SEND, "auto_thread": "yes"}, "bad_request"),
     ("auto_thread an integer", {**SEND, "auto_thread": 1}, "bad_request"),
