@@ -167,6 +167,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
     # -- lanes
     def _lane(self, chat_id: str, metadata: dict[str, Any] | None) -> Lane | None:
         assert self.controller is not None
+        chat_id = hb.delivery_chat_id(chat_id, self.hdg_settings)
         thread_id = (metadata or {}).get("thread_id")
         if thread_id:
             return (chat_id, str(thread_id))
@@ -241,6 +242,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
             self.controller.typing(lane, False)
 
     async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
+        chat_id = hb.delivery_chat_id(chat_id, self.hdg_settings)
         entry = self.controller.channels.get(chat_id, None) if self.controller else None
         return {"name": entry.name if entry else chat_id, "type": "dm"}
 

@@ -99,7 +99,8 @@ async def agent_input(
         path, staged_mime = await stage(source, record.filename, record.mime_type)
         urls.append(path)
         types.append(staged_mime)
-    return "\n\n".join([*blocks, text]), urls, types
+    # A send of files alone has no text of its own to put after them.
+    return "\n\n".join([*blocks, text] if text else blocks), urls, types
 
 
 def display_messages(

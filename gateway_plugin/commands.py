@@ -228,8 +228,15 @@ class CommandHandler:
             and args.get("auto_thread")
             and entry.thread_id is None
         ):
-            # The default channel, wherever channel.set_default moved it (not the home one).
-            if entry.is_default and not text.lstrip().startswith("/"):
+            # The default channel, wherever channel.set_default moved it (not the home one),
+            # only with its threads toggle on (off: a flat conversation), and only for a
+            # conversation starter: a media-only send has nothing to name a thread by.
+            if (
+                entry.is_default
+                and entry.threads_enabled
+                and text.strip()
+                and not text.lstrip().startswith("/")
+            ):
                 media_refs = list(args.get("media_refs") or [])
                 if media_refs:  # a send refused for its uploads must leave no thread behind
                     self.c.attachments.validate_claim(media_refs, entry, thread_may_adopt=True)

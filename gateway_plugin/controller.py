@@ -26,7 +26,7 @@ from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
 from .command_reader import CommandReader
 from .commands import CommandHandler
 from .decisions import DecisionDesk
-from .delivery import parse_cron_header
+from .delivery import cron_message
 from .devices import DeviceRegistry
 from .jobs import JobQueue
 from .outbox import Outbox
@@ -453,14 +453,14 @@ class Controller:
         if entry is None or entry.archived:
             where = lane[0] if lane[1] is None else f"{lane[0]}:{lane[1]}"
             raise ChannelError(f"{where} is {'archived' if entry else 'unknown'}")
+        cron_job = None
+        if is_cron:
+            content, cron_job = cron_message(content, str((metadata or {}).get("job_id")))
         segment_id, events = self.turns.complete_run(
             lane, entry.conversation_id, content, kind="cron" if is_cron else "reply"
         )
-        if is_cron:
-            events[-2]["cron_job"] = parse_cron_header(content) or {  # its message.complete
-                "id": str((metadata or {}).get("job_id")),
-                "name": None,
-            }
+        if cron_job is not None:
+            events[-2]["cron_job"] = cron_job  # its message.complete
         self.emit(events)
         return segment_id
 

@@ -42,25 +42,33 @@ MEDIA_KINDS: dict[str, str | None] = {
     "send_document": "document",
 }
 
-_CRON_HEADER = re.compile(r"^Cronjob Response: (?P<name>.*)\n\(job_id: (?P<id>[^)]+)\)\n")
+# Hermes' cron wrapper (``cron.wrap_response``, on by default): "Cronjob Response: <name>",
+# "(job_id: <id>)", a rule, a blank line, then the output.
+_CRON_HEADER = re.compile(
+    r"^Cronjob Response: (?P<name>.*)\n\(job_id: (?P<id>[^)\n]+)\)\n(?:-+\n)?\n?"
+)
 
 
-def parse_cron_header(text: str) -> Json | None:
-    """{id, name} from Hermes' cron wrapper ("Cronjob Response: <name>\\n(job_id: <id>)")."""
+def cron_message(text: str, job_id: str | None) -> tuple[str, Json | None]:
+    """A cron delivery as devices get it: the text under the seed's `[Cron delivery:
+    <name>]` header in place of Hermes' wrapper header, and the job's {id, name} (name
+    None when Hermes did not wrap the output; the text is then left as it is)."""
     match = _CRON_HEADER.match(text)
     if match is None:
-        return None
-    return {"id": match.group("id").strip(), "name": match.group("name").strip()}
+        return text, ({"id": job_id, "name": None} if job_id else None)
+    name = match.group("name").strip()
+    job = {"id": match.group("id").strip(), "name": name}
+    return f"[Cron delivery: {name}]\n\n{text[match.end() :]}", job
 
 
 def cron_delivery_events(entry: ChannelEntry, text: str, job_id: str | None) -> list[Json]:
     """A complete run of kind `cron` carrying the delivered text."""
+    text, cron = cron_message(text, job_id)
     tracker = TurnTracker()
     lane = (entry.chat_id, entry.thread_id)
     run, events = tracker.accept(lane, entry.conversation_id, implicit=True, kind="cron")
     _, deltas = tracker.on_send(run, text)
     finished = tracker.finish(lane, "completed")
-    cron = parse_cron_header(text) or ({"id": job_id, "name": None} if job_id else None)
     if cron is not None:
         finished[0]["cron_job"] = cron
     return events + deltas + finished

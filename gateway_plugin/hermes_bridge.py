@@ -66,6 +66,21 @@ __all__ = [
 # Live adapters of this process, for the plugin hooks (which Hermes calls without one).
 ADAPTERS: list[Any] = []
 
+# Hermes' cron resolves a bare `deliver=android` from the environment variable the platform
+# declares (`cron_deliver_env_var`) and nothing else: unset, the job delivers nowhere. The
+# home channel itself (ANDROID_HOME_CHANNEL, or `home_channel` in config.yaml, default
+# android:default) is known only once the settings are read, which register() must not
+# do, and setting ANDROID_HOME_CHANNEL there would override config.yaml's. So the variable
+# is our own and register() gives it a marker that the adapter and the standalone sender
+# replace with the configured home channel.
+CRON_HOME_ENV = "ANDROID_CRON_HOME_CHANNEL"
+HOME_TARGET = "android:home"
+
+
+def delivery_chat_id(chat_id: str, settings: GatewaySettings) -> str:
+    """The chat a delivery names: the home-channel marker is the configured home channel."""
+    return settings.home_channel if chat_id == HOME_TARGET else chat_id
+
 
 def settings_from(config: PlatformConfig | None) -> GatewaySettings:
     extra = dict(getattr(config, "extra", None) or {})
@@ -408,6 +423,7 @@ async def standalone_send(
         return {"error": str(exc)}
     home = Path(get_hermes_home())
     data_dir = settings.data_dir or home / PLATFORM
+    chat_id = delivery_chat_id(chat_id, settings)
     job_id = get_session_env("HERMES_CRON_JOB_ID") or None
     media = deliverables(media_files, force_document=force_document)
     return await asyncio.to_thread(
@@ -463,7 +479,7 @@ def register_platform(ctx: Any) -> None:
         "is_connected": is_connected,
         "env_enablement_fn": env_enablement,
         "setup_fn": lambda: interactive_setup(home=Path(get_hermes_home())),
-        "cron_deliver_env_var": "ANDROID_HOME_CHANNEL",
+        "cron_deliver_env_var": CRON_HOME_ENV,
         "standalone_sender_fn": standalone_send,
         "allowed_users_env": "ANDROID_ALLOWED_USERS",
         "allow_all_env": "ANDROID_ALLOW_ALL_USERS",
@@ -472,6 +488,10 @@ def register_platform(ctx: Any) -> None:
         "pii_safe": False,
         "platform_hint": PLATFORM_HINT,
     }
+
+    # An environment change only, no I/O: this runs in every Hermes process, the gateway
+    # and a `hermes cron run` alike. An operator's own value is kept.
+    os.environ.setdefault(CRON_HOME_ENV, HOME_TARGET)
 
     def make_adapter(config: PlatformConfig) -> Any:
         from .adapter import AndroidAdapter

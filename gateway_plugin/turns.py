@@ -140,7 +140,9 @@ class TurnTracker:
             accepted["request_id"] = request_id
         if client_id is not None:
             accepted["client_id"] = client_id
-        start = {**_base(run, "message.start"), "message_id": run.message_id}
+        # The kind rides on the start too, so a device styles a cron delivery from its
+        # first frame on.
+        start = {**_base(run, "message.start"), "message_id": run.message_id, "kind": kind}
         return run, [accepted, start]
 
     def complete_run(

@@ -30,17 +30,27 @@ def _message_send(f: Json) -> Json:
         raise FrameRejected(
             "bad_request", "auto_thread must be a JSON boolean", f.get("request_id")
         )
+    # Attachment ids (media.uploaded's media_ref), claimed like pheby's attachment_ids.
+    media_refs = fields.str_list(f, "media_refs", max_items=attachments.MAX_PER_MESSAGE)
+    # A send of files alone carries no text (seed 06 §6.3.1); otherwise text is required.
+    text = fields.text(f, required=not media_refs)
+    if not text.strip():
+        text = ""
     args = {
         **_lane(f),
-        "text": fields.text(f),
+        "text": text,
         "client_id": fields.req_str(f, "client_id", max_len=128),
         "auto_thread": auto,
         "reply_to": fields.opt_str(f, "reply_to", max_len=64),
     }
-    if f.get("media_refs") is not None:
-        # Attachment ids (media.uploaded's media_ref), claimed like pheby's attachment_ids.
-        args["media_refs"] = fields.str_list(f, "media_refs", max_items=attachments.MAX_PER_MESSAGE)
+    if media_refs:
+        args["media_refs"] = media_refs
     return args
+
+
+def _role(event: Json, role: str) -> str:
+    """Seed 06 §6.5: a cron delivery is a message of role "cron" (kind "cron" as well)."""
+    return "cron" if event.get("kind") == "cron" else role
 
 
 def _hex_id(f: Json, key: str, *, required: bool = True) -> str | None:
@@ -210,7 +220,7 @@ class IrisDialect:
                 **base,
                 "run_id": event["run_id"],
                 "message_id": event["message_id"],
-                "role": "assistant",
+                "role": _role(event, "assistant"),
             }
         if kind == "message.delta":
             reply = event.get("reply", event["text"])
@@ -227,7 +237,7 @@ class IrisDialect:
                 "type": "message",
                 **base,
                 "message_id": event["message_id"],
-                "role": event.get("role", "assistant"),
+                "role": _role(event, event.get("role", "assistant")),
                 "kind": event.get("kind", "reply"),
                 "text": event.get("reply", event["text"]),
                 "ts": event["ts"],

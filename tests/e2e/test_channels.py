@@ -188,11 +188,20 @@ async def test_threads_are_separate_hermes_sessions_and_deleting_one_keeps_the_f
     assert still["type"] == "message.ack" and still["thread_id"] is None
 
 
+async def _threads_on(client: DeviceClient) -> None:
+    """Auto-threading happens only with the default channel's threads toggle on."""
+    toggled = await _op(
+        client, {"type": "channel.set_threads", "chat_id": "android:default", "on": True}
+    )
+    assert toggled["entry"]["threads_enabled"] is True, toggled
+
+
 async def test_auto_threading_names_the_thread_at_once_then_with_the_models_title(
     deployment: Deployment,
 ) -> None:
     phone = await deployment.iris("phone")
     tablet = await deployment.iris("tablet")
+    await _threads_on(phone)
     refused = await iris_send(  # refused for its upload: leaves no thread behind
         phone, "android:default", "Plan a lost photo", auto_thread=True, media_refs=["0" * 32]
     )
@@ -228,6 +237,7 @@ async def test_a_failed_title_call_keeps_the_derived_name_and_a_user_rename_wins
     deployment: Deployment,
 ) -> None:
     phone = await deployment.iris("phone")
+    await _threads_on(phone)
     ack = await iris_send(
         phone, "android:default", "[title-fail] Budget review notes", auto_thread=True
     )

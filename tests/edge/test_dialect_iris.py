@@ -66,6 +66,32 @@ VALID: list[tuple[Json, str, Json]] = [
             "reply_to": "m3",
         },
     ),
+    (  # files alone: no text at all (seed 06 §6.3.1 media-only sends)
+        {k: v for k, v in {**SEND, "media_refs": ["a" * 32]}.items() if k != "text"},
+        "message.send",
+        {
+            "chat_id": CHAT,
+            "thread_id": None,
+            "text": "",
+            "client_id": "cl-1",
+            "auto_thread": False,
+            "reply_to": None,
+            "media_refs": ["a" * 32],
+        },
+    ),
+    (  # or blank text, which is no caption
+        {**SEND, "text": " \n", "media_refs": ["a" * 32]},
+        "message.send",
+        {
+            "chat_id": CHAT,
+            "thread_id": None,
+            "text": "",
+            "client_id": "cl-1",
+            "auto_thread": False,
+            "reply_to": None,
+            "media_refs": ["a" * 32],
+        },
+    ),
     ({"type": "sync"}, "sync", {"cursor": 0}),
     ({"type": "sync", "cursor": 42}, "sync", {"cursor": 42}),
     ({"type": "sync", "cursor": 2**63 - 1}, "sync", {"cursor": 2**63 - 1}),
@@ -185,6 +211,13 @@ INVALID: list[tuple[str, Json, str]] = [
     ("send thread not a string", {**SEND, "thread_id": 5}, "bad_request"),
     ("send without client id", {k: v for k, v in SEND.items() if k != "client_id"}, "bad_request"),
     ("send blank text", {**SEND, "text": "   "}, "bad_request"),
+    ("send without text", {k: v for k, v in SEND.items() if k != "text"}, "bad_request"),
+    ("send blank text, no media", {**SEND, "text": "", "media_refs": []}, "bad_request"),
+    (
+        "send media with text not a string",
+        {**SEND, "text": 5, "media_refs": ["a" * 32]},
+        "bad_request",
+    ),
     ("send text too large", {**SEND, "text": "x" * (MAX_TEXT_CHARS + 1)}, "too_large"),
     ("auto_thread a string", {**SEND, "auto_thread": "yes"}, "bad_request"),
     ("auto_thread an integer", {**SEND, "auto_thread": 1}, "bad_request"),
@@ -269,6 +302,16 @@ def test_message_start_is_an_assistant_message_start() -> None:
         "message_id": "draft-" + "r" * 32,
         "role": "assistant",
     }
+
+
+def test_a_cron_delivery_is_of_role_cron_from_its_start_to_its_message() -> None:
+    start = iris.encode_event({**TURN["message.start"], "kind": "cron"})
+    complete = iris.encode_event(
+        {**TURN["message.complete"], "kind": "cron", "cron_job": {"id": "j1", "name": "n"}}
+    )
+    assert start is not None and start["role"] == "cron"
+    assert complete is not None and (complete["role"], complete["kind"]) == ("cron", "cron")
+    assert complete["cron_job"] == {"id": "j1", "name": "n"}
 
 
 def test_message_delta_is_message_update_with_the_cumulative_text() -> None:

@@ -38,7 +38,9 @@ async def test_cron_output_during_a_users_run_is_a_cron_run_of_its_own(rig: _Rig
     assert controller.turns.active(HOME) is run and run.text() == "Roses are red, violets are blue"
     cron = [e for e in _outbox(rig) if e["type"] == "message.complete" and e["kind"] == "cron"]
     assert len(cron) == 1 and cron[0]["run_id"] != run.run_id
-    assert cron[0]["text"] == CRON_TEXT and cron[0]["cron_job"]["id"] == "j1"
+    # Under the seed's header in place of Hermes' wrapper (docs/protocol/iris.md).
+    assert cron[0]["text"] == "[Cron delivery: nightly]\n\nthe report"
+    assert cron[0]["cron_job"] == {"id": "j1", "name": "nightly"}
 
 
 async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowhere(
@@ -243,6 +245,7 @@ async def test_an_auto_threaded_send_taken_again_after_a_crash_goes_to_its_threa
     agent = _RecordingAgent()
     rig: _Rig = await make_rig(agent=agent)
     try:
+        rig.controller.channels.set_threads_enabled("android:default", True)
         frame = _send("plan the trip", "c-auto")
         frame["args"]["auto_thread"] = True
         await rig.submit(frame)
@@ -267,6 +270,7 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
     rig: _Rig = await make_rig(agent=agent)
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         await rig.submit(_command("channel.set_default", "s1", chat_id=work.chat_id))
         await rig.replies_for(1)
@@ -303,6 +307,7 @@ async def test_an_auto_thread_whose_run_the_agent_refused_awaits_no_title(
 ) -> None:
     rig: _Rig = await make_rig(agent=_BalkingAgent())
     try:
+        rig.controller.channels.set_threads_enabled("android:default", True)
         await rig.submit(_auto_send("first", "c1"))
         [ack] = await rig.replies_for(1)
         assert ack["body"]["thread_id"] is not None
@@ -317,6 +322,7 @@ async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
     rig: _Rig = await make_rig(agent=_RecordingAgent())
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)
         await rig.submit(_auto_send("plan the trip", "c1"), _auto_send("pack the bags", "c2"))
         first, second = (
             ("android:default", r["body"]["thread_id"]) for r in await rig.replies_for(2)
@@ -345,6 +351,7 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
     rig: _Rig = await make_rig(agent=agent)
     try:
         controller = rig.controller
+        controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         controller.channels.set_default(work.chat_id)
         delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)

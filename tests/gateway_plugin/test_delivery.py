@@ -4,6 +4,7 @@ the attachment registry the controller serves, on real files."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from gateway_plugin import hermes_bridge as hb
 from gateway_plugin.attachments import AttachmentRegistry
 from gateway_plugin.channel_store import ChannelDirectory
+from gateway_plugin.hermes_bridge import PlatformConfig
 from gateway_plugin.outbox import Outbox
 
 Json = dict[str, Any]
@@ -84,7 +86,7 @@ async def test_a_cli_cron_run_delivers_its_media_as_attachments_after_its_text(
     complete = events[-6]
     assert complete["type"] == "message.complete" and complete["kind"] == "cron"
     assert complete["cron_job"] == {"id": "j1", "name": "nightly"}
-    assert complete["text"].endswith("the chart")
+    assert complete["text"] == "[Cron delivery: nightly]\n\nthe chart"
     added = [e["attachment"] for e in events[-4:]]
     assert [(a["filename"], a["kind"], a["direction"]) for a in added] == [
         ("chart.png", "image", "outbound"),
@@ -123,3 +125,39 @@ async def test_force_document_and_an_unknown_target(home: Path, tmp_path: Path) 
         None, "android:chan_999", CRON_TEXT, media_files=[(chart, False)]
     )
     assert "error" in lost and len(_events(home)) == before
+
+
+def test_register_names_the_cron_home_without_touching_the_home_channel_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hermes resolves a bare `deliver=android` from `cron_deliver_env_var` alone."""
+    registered: Json = {}
+
+    class Context:
+        def register_platform(self, **kwargs: Any) -> None:
+            registered.update(kwargs)
+
+        def register_hook(self, name: str, callback: Any) -> None:
+            pass
+
+    monkeypatch.setenv(hb.CRON_HOME_ENV, "")  # restored (unset) after the test
+    monkeypatch.delenv(hb.CRON_HOME_ENV)
+    monkeypatch.delenv("ANDROID_HOME_CHANNEL", raising=False)
+    hb.register_platform(Context())
+    assert registered["cron_deliver_env_var"] == hb.CRON_HOME_ENV
+    assert os.environ[hb.CRON_HOME_ENV] == hb.HOME_TARGET
+    assert "ANDROID_HOME_CHANNEL" not in os.environ  # config.yaml's home_channel still counts
+    monkeypatch.setenv(hb.CRON_HOME_ENV, "android:chan_3")
+    hb.register_platform(Context())
+    assert os.environ[hb.CRON_HOME_ENV] == "android:chan_3"  # an operator's own value stays
+
+
+async def test_a_delivery_to_the_home_marker_lands_in_the_configured_home_channel(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ANDROID_HOME_CHANNEL")
+    config = PlatformConfig(enabled=True, extra={"home_channel": "android:yaml"})
+    result = await hb.standalone_send(config, hb.HOME_TARGET, CRON_TEXT)
+    assert result["success"] is True
+    complete = next(e for e in _events(home) if e["type"] == "message.complete")
+    assert complete["lane"] == ["android:yaml", None] and complete["kind"] == "cron"

@@ -188,6 +188,8 @@ def test_hermes_gets_the_flow_as_the_platforms_setup_fn(
         def register_hook(self, name: str, callback: Any) -> None:
             pass
 
+    # register() sets the cron home variable: undone after the test.
+    monkeypatch.setenv("ANDROID_CRON_HOME_CHANNEL", "android:home")
     register_platform(Context())
     assert callable(registered["setup_fn"])
     monkeypatch.setenv("HERMES_HOME", str(tmp_path))

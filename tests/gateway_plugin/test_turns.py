@@ -137,6 +137,7 @@ def test_accept_opens_a_run_with_run_accepted_then_message_start() -> None:
         "conversation_id": CID,
         "run_id": "r1",
         "message_id": "draft-r1",
+        "kind": "reply",
     }
     assert turns.active(LANE) is run
     assert turns.by_run_id("r1") is run
