@@ -136,6 +136,14 @@ class Outbox:
             ).fetchall()
         return [json.loads(row[0]) for row in rows], gap
 
+    def count_after(self, cursor: int, upto: int) -> int:
+        """How many events are held with a cursor in (cursor, upto]."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM events WHERE cursor > ? AND cursor <= ?", (cursor, upto)
+            ).fetchone()
+        return int(row[0])
+
     def trim(self, older_than: float) -> int:
         """Drop the oldest events, in cursor order, up to the first one created at or after
         `older_than` (unix time); return how many. (A clock stepped back can leave an older
