@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import REPLAY, error_body, new_id, now_iso
@@ -24,6 +25,7 @@ from .channel_store import ChannelEntry, ChannelError
 from .delivery import cron_targets
 from .errors import CommandError
 from .lane_commands import LaneCommands, lane_of
+from .message_ids import SentMessage, text_digest
 from .titles import derive_title
 
 if TYPE_CHECKING:
@@ -369,6 +371,14 @@ class CommandHandler:
             {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
             [echo, *added, *events],
             {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
+            # How history and search name this turn once Hermes has stored it. A slash
+            # command is no turn of the transcript.
+            None
+            if is_command
+            else SentMessage(
+                user_message_id, run.run_id, time.time(), len(text), text_digest(text)
+            ),
+            entry.conversation_id,
         )
         self.c.attachments.claim(
             attachment_ids,

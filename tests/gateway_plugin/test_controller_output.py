@@ -80,7 +80,7 @@ async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None
 
 
 @pytest.mark.parametrize("before", ["u-c1", "draft-1f2e", "m12x"])
-async def test_paging_from_a_live_message_id_is_a_bad_request_not_an_empty_page(
+async def test_paging_from_an_id_of_no_message_in_the_history_is_a_bad_request_not_an_empty_page(
     rig: _Rig, before: str
 ) -> None:
     await rig.submit(_history("android:default", "h2", before_message_id=before))
