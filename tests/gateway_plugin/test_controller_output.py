@@ -355,3 +355,24 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
         assert not controller.channels.lane_for(work.chat_id, None).archived
     finally:
         await rig.controller.stop()
+
+
+async def test_a_sync_after_a_long_absence_counts_every_event_its_chunks_will_bring(
+    rig: _Rig,
+) -> None:
+    outbox = rig.controller.outbox
+    outbox.append([{"type": "channel.renamed", "lane": list(HOME)} for _ in range(620)])
+    head = outbox.head()
+    await rig.submit(_command("sync", "s1", cursor=head - 610))
+    [reply] = await rig.replies_for(1)
+    body = reply["body"]
+    [ack] = body["before"]
+    assert ack == {
+        "type": "sync.ack",
+        "from": head - 610,
+        "head": head,
+        "count": 610,
+        "gap": False,
+        "request_id": "s1",
+    }
+    assert body["more"] is True and len(body["events"]) == 500
