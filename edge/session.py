@@ -403,7 +403,11 @@ class DeviceSession:
                     await self.hub.media.handle(conn, decoded["cmd"], decoded["args"], request_id)
                     continue
                 if decoded["cmd"] == "sync":
+                    # The device says what it has: replay from its cursor, even events this
+                    # connection already delivered (it may have lost them) or never had (a
+                    # connection that started at the head).
                     conn.begin_replay()
+                    conn.last_cursor = decoded["args"]["cursor"]
                 await self._submit(conn, decoded["cmd"], decoded["args"], request_id)
             except FrameRejected as rejected:
                 rid = rejected.request_id if rejected.request_id is not None else request_id

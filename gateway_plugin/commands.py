@@ -3,8 +3,10 @@ state changes are events every device sees."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import REPLAY, error_body, new_id, now_iso
@@ -23,6 +25,7 @@ from .channel_store import ChannelEntry, ChannelError
 from .delivery import cron_targets
 from .errors import CommandError
 from .lane_commands import LaneCommands, lane_of
+from .message_ids import SentMessage, text_digest
 from .titles import derive_title
 
 if TYPE_CHECKING:
@@ -136,26 +139,34 @@ class CommandHandler:
         await hellos.answer(self.c, commands)
 
     async def cmd_sync(self, command: Json, args: Json) -> None:
+        """``sync.ack`` and the first chunk of everything after the cursor. With ``more``,
+        the edge asks for the next chunk (an internal sync) once the device's send queue
+        has drained: a long absence is paced by the device's own speed and never overflows
+        its queue."""
         cursor = int(args.get("cursor") or 0)
         gap = cursor < self.c.outbox.trimmed_upto()
-        before: list[Json] = []
+        body = self.replay_body(cursor, [])
         if not command.get("internal") or gap:
+            head = int(body["head"])
+            events = body["events"]
+            # What follows: this chunk, or (a long absence, paced in chunks) every event
+            # held after the cursor, counted off the loop.
+            count = (
+                await asyncio.to_thread(self.c.outbox.count_after, cursor, head)
+                if body["more"]
+                else len(events)
+            )
             done: Json = {
                 "type": "sync.ack",
                 "from": cursor,
-                "head": self.c.outbox.head(),
+                "head": head,
+                "count": count,
                 "gap": gap,
             }
             if command.get("request_id") is not None:
                 done["request_id"] = command["request_id"]
-            before.append(done)
-        await self._replay(command, cursor, before)
-
-    async def _replay(self, command: Json, cursor: int, before: list[Json], **extra: Any) -> None:
-        """The first chunk of everything after `cursor`. With `more`, the edge asks for the
-        next chunk (an internal sync) once the device's send queue has drained: a long
-        absence is paced by the device's own speed and never overflows its queue."""
-        await self.c.reply(command, {**self.replay_body(cursor, before), **extra}, kind=REPLAY)
+            body["before"] = [done]
+        await self.c.reply(command, body, kind=REPLAY)
 
     def replay_body(self, cursor: int, before: list[Json], head: int | None = None) -> Json:
         """Events after ``cursor`` (a chunk), and the head: a device whose cursor is past it
@@ -203,7 +214,10 @@ class CommandHandler:
 
     async def _ack_send(self, command: Json, result: Json) -> None:
         if command.get("dialect") == "iris":
-            await self.c.reply(command, {"type": "message.ack", **result})
+            ack: Json = {"type": "message.ack", **result}
+            if command.get("request_id") is not None:  # a direct answer echoes it
+                ack["request_id"] = command["request_id"]
+            await self.c.reply(command, ack)
         else:
             await self.c.reply(
                 command,
@@ -364,6 +378,14 @@ class CommandHandler:
             {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
             [echo, *added, *events],
             {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
+            # How history and search name this turn once Hermes has stored it. A slash
+            # command is no turn of the transcript.
+            None
+            if is_command
+            else SentMessage(
+                user_message_id, run.run_id, time.time(), len(text), text_digest(text)
+            ),
+            entry.conversation_id,
         )
         self.c.attachments.claim(
             attachment_ids,

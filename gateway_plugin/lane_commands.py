@@ -3,14 +3,17 @@ lanes. Dispatched by `CommandHandler`, whose lookup and broadcast helpers they s
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
 from canonical.protocol import MAX_HISTORY
 
+from . import message_ids
 from .attachment_flow import display_messages
 from .channel_store import ChannelEntry
 from .errors import CommandError
+from .transcript import page
 
 if TYPE_CHECKING:
     from .commands import CommandHandler
@@ -25,8 +28,9 @@ def strip_lane(event: Json) -> Json:
 
 
 def _before(args: Json) -> str | None:
-    """The page's exclusive end: a transcript id. A live id (u-…, draft-…) is no place in
-    the transcript, and answering it with an empty page would look like history's start."""
+    """Pheby's page end: a transcript id (its history names messages ``m<n>``). A live id
+    (u-…, draft-…) is no place in that transcript, and answering it with an empty page
+    would look like history's start."""
     before = args.get("before_message_id")
     if before is not None and not HISTORY_ID.fullmatch(str(before)):
         raise CommandError("bad_request", "before_message_id must be a history id (m…)")
@@ -165,8 +169,13 @@ class LaneCommands:
     async def cmd_history(self, command: Json, args: Json) -> None:
         # Archived lanes are read-only, not unreadable: search finds them, so does history.
         entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"), archived_ok=True)
-        messages, has_more = self.c.transcript.messages(
-            lane_of(entry), int(args.get("limit") or 100), _before(args)
+        before = args.get("before_message_id")
+        messages, has_more = await asyncio.to_thread(
+            self._iris_page,
+            lane_of(entry),
+            entry.conversation_id,
+            int(args.get("limit") or 100),
+            None if before is None else str(before),
         )
         # The user's own words, not the inlined attachment text Hermes ran.
         messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
@@ -181,6 +190,37 @@ class LaneCommands:
                 "has_more": has_more,
             },
         )
+
+    def _named(self, lane: Lane, conversation_id: str) -> list[Json]:
+        """The lane's transcript named as devices saw it live (a worker thread: it reads
+        state.db and outbox.db)."""
+        return message_ids.assign(
+            self.c.transcript.merged(lane), self.c.outbox.sent_messages(conversation_id)
+        )
+
+    def _iris_page(
+        self, lane: Lane, conversation_id: str, limit: int, before: str | None
+    ) -> tuple[list[Json], bool]:
+        named = self._named(lane, conversation_id)
+        if (
+            before is not None
+            and not HISTORY_ID.fullmatch(before)
+            and all(m["message_id"] != before for m in named)
+        ):
+            # An empty page would look like history's start.
+            raise CommandError(
+                "bad_request", "before_message_id is no message of this lane's history"
+            )
+        return page(named, limit, before)
+
+    def _hit_ids(self, lanes: dict[Lane, str]) -> dict[int, str]:
+        """Transcript row → the id of the message it is part of, for these lanes."""
+        ids: dict[int, str] = {}
+        for lane, conversation_id in lanes.items():
+            for message in self._named(lane, conversation_id):
+                for row in message["rows"]:
+                    ids[row] = message["message_id"]
+        return ids
 
     async def _result(self, command: Json, entry: ChannelEntry) -> None:
         await self.c.reply(
@@ -261,7 +301,9 @@ class LaneCommands:
 
     # -- search
     async def cmd_search(self, command: Json, args: Json) -> None:
-        hits = self.c.search.search(
+        # Off the loop: FTS5 over state.db (the channel store locks its own reads).
+        hits = await asyncio.to_thread(
+            self.c.search.search,
             str(args.get("query") or ""),
             scope=args.get("scope") or "all",
             chat_id=args.get("chat_id"),
@@ -269,12 +311,27 @@ class LaneCommands:
             limit=int(args.get("limit") or 50),
             channel_resolver=self.c.channels.chat_ids_matching,
         )
+        lanes: dict[Lane, str] = {}
+        for hit in hits:
+            entry = self.c.channels.get(hit.chat_id, hit.thread_id)
+            if entry is not None:
+                lanes[(entry.chat_id, entry.thread_id)] = entry.conversation_id
+        ids = await asyncio.to_thread(self._hit_ids, lanes) if lanes else {}
+        # A hit names the message history shows (one per message: its best-ranked row).
+        wire: list[Json] = []
+        seen: set[str] = set()
+        for hit in hits:
+            row = int(hit.message_id)
+            message_id = ids.get(row, f"m{row}")
+            if message_id not in seen:
+                seen.add(message_id)
+                wire.append({**hit.to_wire(), "message_id": message_id})
         await self.c.reply(
             command,
             {
                 "type": "search.results",
                 "request_id": command.get("request_id"),
                 "query": args.get("query") or "",
-                "hits": [hit.to_wire() for hit in hits],
+                "hits": wire,
             },
         )

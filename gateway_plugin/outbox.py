@@ -18,6 +18,7 @@ from typing import Any
 
 from canonical.jsonenc import dumps, dumps_clean
 
+from .message_ids import SentMessage
 from .sqlite_file import open_wal
 
 Json = dict[str, Any]
@@ -59,6 +60,17 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- Command stream entries carried out, with the replies to send again on a redelivery
 -- (gateway_plugin/command_once.py).
 CREATE TABLE IF NOT EXISTS processed (entry_id TEXT PRIMARY KEY, at REAL NOT NULL, replies TEXT);
+-- Each send's message ids, to name Hermes' transcript rows as devices saw them live
+-- (gateway_plugin/message_ids.py). Kept as long as the transcript: no text, a digest.
+CREATE TABLE IF NOT EXISTS sent_messages (
+    message_id TEXT PRIMARY KEY,
+    conversation_id TEXT NOT NULL,
+    run_id TEXT,
+    created REAL NOT NULL,
+    text_len INTEGER NOT NULL,
+    text_sha TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sent_messages_conversation ON sent_messages(conversation_id, created);
 """
 
 
@@ -129,6 +141,14 @@ class Outbox:
             ).fetchall()
         return [json.loads(row[0]) for row in rows], gap
 
+    def count_after(self, cursor: int, upto: int) -> int:
+        """How many events are held with a cursor in (cursor, upto]."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM events WHERE cursor > ? AND cursor <= ?", (cursor, upto)
+            ).fetchone()
+        return int(row[0])
+
     def trim(self, older_than: float) -> int:
         """Drop the oldest events, in cursor order, up to the first one created at or after
         `older_than` (unix time); return how many. (A clock stepped back can leave an older
@@ -167,14 +187,34 @@ class Outbox:
         return (json.loads(row[0]), bool(row[1])) if row else None
 
     def record_send(
-        self, key: str | None, result: Json, events: list[Json], run: Json | None
+        self,
+        key: str | None,
+        result: Json,
+        events: list[Json],
+        run: Json | None,
+        sent: SentMessage | None = None,
+        conversation_id: str | None = None,
     ) -> list[Json]:
-        """Store a send's result, its events and its run in one transaction."""
+        """Store a send's result, its events, its run and its message ids (``sent``, in
+        ``conversation_id``) in one transaction."""
         now = time.time()
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
+                if sent is not None and conversation_id is not None:
+                    cur.execute(
+                        "INSERT OR IGNORE INTO sent_messages(message_id, conversation_id, run_id, "
+                        "created, text_len, text_sha) VALUES (?, ?, ?, ?, ?, ?)",
+                        (
+                            sent.message_id,
+                            conversation_id,
+                            sent.run_id,
+                            sent.created,
+                            sent.text_len,
+                            sent.text_sha,
+                        ),
+                    )
                 if key is not None:
                     cur.execute(
                         "INSERT INTO idempotency(key, created, result, dispatched) VALUES (?, ?, ?, 0)",
@@ -193,6 +233,16 @@ class Outbox:
                 raise
             _apply(live, changed)
         return [event for event, _ in sequenced]
+
+    def sent_messages(self, conversation_id: str) -> list[SentMessage]:
+        """The sends recorded in a conversation, oldest first (read off the loop)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT message_id, run_id, created, text_len, text_sha FROM sent_messages "
+                "WHERE conversation_id = ? ORDER BY created, rowid",
+                (conversation_id,),
+            ).fetchall()
+        return [SentMessage(str(r[0]), r[1], float(r[2]), int(r[3]), str(r[4])) for r in rows]
 
     def mark_dispatched(self, key: str) -> None:
         with self._lock:

@@ -78,9 +78,15 @@ class Transcript:
         self, lane: Lane, limit: int, before_message_id: str | None = None
     ) -> tuple[list[Json], bool]:
         """The newest `limit` display messages (chronological) before an exclusive cursor."""
+        return page(self.merged(lane), limit, before_message_id)
+
+    def merged(self, lane: Lane) -> list[Json]:
+        """Every display message of the lane, chronological, each named by its first
+        transcript row (``m<id>``), with the rows it is made of (``rows``) and its first
+        row's unix time (``at``): both internal, dropped by `page`."""
         conn = self._connect()
         if conn is None:
-            return [], False
+            return []
         try:
             rows = conn.execute(
                 "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
@@ -100,6 +106,7 @@ class Transcript:
                 if merged and merged[-1]["role"] == "assistant":
                     merged[-1]["text"] += text
                     merged[-1]["ts"] = iso_from_unix(row["timestamp"])
+                    merged[-1]["rows"].append(row["id"])
                     continue
             merged.append(
                 {
@@ -107,16 +114,31 @@ class Transcript:
                     "role": row["role"],
                     "text": text,
                     "ts": iso_from_unix(row["timestamp"]),
+                    "rows": [row["id"]],
+                    "at": float(row["timestamp"] or 0.0),
                 }
             )
-        if before_message_id is not None:
-            ids = [m["message_id"] for m in merged]
-            if before_message_id in ids:
-                merged = merged[: ids.index(before_message_id)]
-            else:
-                merged = [m for m in merged if _num(m["message_id"]) < _num(before_message_id)]
-        has_more = len(merged) > limit
-        return merged[-limit:], has_more
+        return merged
+
+
+def page(
+    merged: list[Json], limit: int, before_message_id: str | None = None
+) -> tuple[list[Json], bool]:
+    """The newest `limit` of `merged` before an exclusive cursor (an id of the list, or a
+    transcript id ``m<n>`` no longer in it: the messages of rows before it), without
+    the internal fields. True when older messages remain."""
+    if before_message_id is not None:
+        ids = [m["message_id"] for m in merged]
+        if before_message_id in ids:
+            merged = merged[: ids.index(before_message_id)]
+        else:
+            merged = [m for m in merged if m["rows"][0] < _num(before_message_id)]
+    has_more = len(merged) > limit
+    return [_wire(m) for m in merged[-limit:]], has_more
+
+
+def _wire(message: Json) -> Json:
+    return {k: v for k, v in message.items() if k not in ("rows", "at")}
 
 
 def _num(message_id: str) -> int:

@@ -15,6 +15,9 @@ from . import fields
 Json = dict[str, Any]
 
 IRIS_VERSION = 1
+# A message id a device sends back: u-<client_id> (a client_id is up to 128 characters),
+# draft-<run_id>, m<row>.
+MESSAGE_ID_MAX = 160
 
 
 def _lane(frame: Json) -> Json:
@@ -41,7 +44,7 @@ def _message_send(f: Json) -> Json:
         "text": text,
         "client_id": fields.req_str(f, "client_id", max_len=128),
         "auto_thread": auto,
-        "reply_to": fields.opt_str(f, "reply_to", max_len=64),
+        "reply_to": fields.opt_str(f, "reply_to", max_len=MESSAGE_ID_MAX),
     }
     if media_refs:
         args["media_refs"] = media_refs
@@ -149,14 +152,14 @@ _DECODERS: dict[str, Any] = {
     "sync": lambda f: {"cursor": _cursor(f)},
     "ack": lambda f: {"cursor": _cursor(f)},
     "read.receipt": lambda f: {
-        "message_id": fields.req_str(f, "message_id", max_len=64),
+        "message_id": fields.req_str(f, "message_id", max_len=MESSAGE_ID_MAX),
         "cursor": _cursor(f),
     },
     "run.cancel": lambda f: {**_lane(f), "run_id": fields.opt_str(f, "run_id", max_len=64)},
     "history": lambda f: {
         **_lane(f),
         "limit": fields.opt_int(f, "limit", lo=1, hi=500, default=100),
-        "before_message_id": fields.opt_str(f, "before_message_id", max_len=64),
+        "before_message_id": fields.opt_str(f, "before_message_id", max_len=MESSAGE_ID_MAX),
     },
     "channel.list": lambda f: {},
     "channel.create": _channel_create,

@@ -82,7 +82,7 @@ async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None
 
 
 @pytest.mark.parametrize("before", ["u-c1", "draft-1f2e", "m12x"])
-async def test_paging_from_a_live_message_id_is_a_bad_request_not_an_empty_page(
+async def test_paging_from_an_id_of_no_message_in_the_history_is_a_bad_request_not_an_empty_page(
     rig: _Rig, before: str
 ) -> None:
     await rig.submit(_history("android:default", "h2", before_message_id=before))
@@ -362,3 +362,24 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
         assert not controller.channels.lane_for(work.chat_id, None).archived
     finally:
         await rig.controller.stop()
+
+
+async def test_a_sync_after_a_long_absence_counts_every_event_its_chunks_will_bring(
+    rig: _Rig,
+) -> None:
+    outbox = rig.controller.outbox
+    outbox.append([{"type": "channel.renamed", "lane": list(HOME)} for _ in range(620)])
+    head = outbox.head()
+    await rig.submit(_command("sync", "s1", cursor=head - 610))
+    [reply] = await rig.replies_for(1)
+    body = reply["body"]
+    [ack] = body["before"]
+    assert ack == {
+        "type": "sync.ack",
+        "from": head - 610,
+        "head": head,
+        "count": 610,
+        "gap": False,
+        "request_id": "s1",
+    }
+    assert body["more"] is True and len(body["events"]) == 500

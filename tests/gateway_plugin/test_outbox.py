@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gateway_plugin.outbox as outbox_module
+from gateway_plugin.message_ids import SentMessage, text_digest
 from gateway_plugin.outbox import Outbox
 
 Json = dict[str, Any]
@@ -293,6 +294,25 @@ def test_record_send_stores_the_result_events_and_run_together(outbox: Outbox) -
 def test_record_send_without_a_key_or_run_only_sequences_events(outbox: Outbox) -> None:
     assert cursors(outbox.record_send(None, {}, [other()], None)) == [1]
     assert outbox.active_runs() == []
+
+
+def test_a_sends_message_ids_are_recorded_with_it_per_conversation_in_order(
+    outbox: Outbox,
+) -> None:
+    first = SentMessage("u-a", "r1", 10.0, 2, text_digest("hi"))
+    second = SentMessage("u-b", "r2", 20.0, 4, text_digest("more"))
+    outbox.record_send("iris:b", {}, [other()], None, second, "c")
+    outbox.record_send("iris:a", {}, [other()], None, first, "c")
+    outbox.record_send("iris:x", {}, [other()], None, SentMessage("u-x", None, 5.0, 0, ""), "d")
+    assert outbox.sent_messages("c") == [first, second]
+    assert outbox.sent_messages("nowhere") == []
+
+
+def test_count_after_counts_the_events_held_in_a_cursor_range(outbox: Outbox) -> None:
+    outbox.append([other(n) for n in range(6)])
+    assert outbox.count_after(0, 6) == 6
+    assert outbox.count_after(2, 5) == 3
+    assert outbox.count_after(6, 6) == 0
 
 
 def test_an_unknown_idempotency_key_has_no_record(outbox: Outbox) -> None:
