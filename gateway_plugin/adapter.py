@@ -224,7 +224,30 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
     ) -> Any:
         if self.controller is None:
             return SendResult(success=False, error="android adapter is not connected")
-        self.controller.on_edit(message_id, content)
+        self.controller.on_edit(message_id, content, finalize=finalize)
+        return SendResult(success=True, message_id=message_id)
+
+    async def send_or_update_status(
+        self,
+        chat_id: str,
+        status_key: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        """Hermes' status callback (lifecycle messages: retries, a provider failure).
+        Without this method Hermes sends them with `send`, indistinguishable from text."""
+        if self.controller is None:
+            return SendResult(
+                success=False, error="android adapter is not connected", retryable=True
+            )
+        lane = self._lane(chat_id, metadata)
+        if lane is None:
+            return SendResult(success=False, error=f"unknown android target {chat_id!r}")
+        try:
+            message_id = self.controller.on_status(lane, content, metadata)
+        except ChannelError as exc:
+            log.error("android: delivery to %r refused: %s", chat_id, exc)
+            return SendResult(success=False, error=str(exc))
         return SendResult(success=True, message_id=message_id)
 
     async def send_typing(self, chat_id: str, metadata: dict[str, Any] | None = None) -> None:

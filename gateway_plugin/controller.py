@@ -37,7 +37,7 @@ from .search import SearchIndex
 from .shutdown import UNBOUNDED, Deadline
 from .titles import PendingTitles, clean_generated_title
 from .transcript import Transcript
-from .turns import Run, TurnTracker, classify, notice_events
+from .turns import Run, TurnTracker, classify, is_final, notice_events
 
 log = logging.getLogger("hdg.plugin")
 
@@ -418,7 +418,12 @@ class Controller:
             self.turns.finish(lane, status, error, None)
             self._orphans[lane] = orphan
             return
-        reasoning = self.transcript.reasoning_since(lane, run.started)
+        turn = self.transcript.turn_since(lane, run.started)
+        if status == "completed" and run.kind == "reply" and turn is not None and not turn.answered:
+            # Hermes reports a turn whose agent failed (the provider failed, the context
+            # overflowed) as processed: its text is Hermes' explanation, not an answer.
+            status, error = "failed", run.reply().strip() or "the agent could not answer"
+        reasoning = turn.reasoning if turn is not None else None
         finished = self.emit(self.turns.finish(lane, status, error, reasoning))
         self._maybe_title(lane, finished)
         self.outbox.finish_run(run.run_id)
@@ -441,7 +446,18 @@ class Controller:
         if run is None or (metadata or {}).get("job_id"):
             # Cron output is its own run, even while a user's run is streaming in the lane.
             return self._unsolicited(lane, content, metadata)
-        segment_id, events = self.turns.on_send(run, content)
+        segment_id, events = self.turns.on_send(run, content, final=_final_send(content, metadata))
+        self.emit(events)
+        return segment_id
+
+    def on_status(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
+        """A message from Hermes' status callback (retries, a provider failure): in the
+        run's text like any other, and remembered, since a failed turn's response
+        repeats it."""
+        run = self.turns.active(lane)
+        if run is None or classify(content, metadata, self.turns.known_tools) != "text":
+            return self.on_send(lane, content, metadata)
+        segment_id, events = self.turns.on_send(run, content, status=True)
         self.emit(events)
         return segment_id
 
@@ -464,10 +480,12 @@ class Controller:
         self.emit(events)
         return segment_id
 
-    def on_edit(self, message_id: str, content: str) -> None:
+    def on_edit(self, message_id: str, content: str, *, finalize: bool = False) -> None:
         if message_id.startswith(("progress-", "notice-")):
             return
-        self.emit(self.turns.on_edit(message_id, content))
+        # Hermes' stream consumer marks its last edit of a message (at a tool call or the
+        # turn's end) with `finalize`.
+        self.emit(self.turns.on_edit(message_id, content, final=finalize))
 
     def background(self, task: asyncio.Task[None]) -> None:
         """Keep a fire-and-forget task alive until it is done."""
@@ -539,7 +557,13 @@ class Controller:
         return entry.thread_id
 
     def typing(self, lane: Lane, on: bool) -> None:
-        """Typing is ephemeral: published, never sequenced (a replay would be noise)."""
+        """Typing is ephemeral: published, never sequenced (a replay would be noise).
+        Only while a run is in flight in the lane: Hermes' typing refresh can outlive its
+        message's processing (on Python 3.11 `asyncio.wait_for` may swallow the cancel
+        that should end it, as it does when a fast command finishes during its first
+        refresh), and then it would say "typing" forever."""
+        if on and self.turns.active(lane) is None:
+            return
         self.publish([{"type": "typing", "lane": list(lane), "on": on, "ts": now_iso()}])
 
     def notice(self, lane: Lane, text: str) -> None:
@@ -550,3 +574,10 @@ class Controller:
 
     def active_run(self, lane: Lane) -> Run | None:
         return self.turns.active(lane)
+
+
+def _final_send(content: str, metadata: dict[str, Any] | None) -> bool:
+    """Whether Hermes will edit this send again: its stream consumer flags the messages
+    it will edit (`expect_edits`), unless it sends one already whole (`notify`)."""
+    meta = metadata or {}
+    return is_final(content) and (not meta.get("expect_edits") or bool(meta.get("notify")))

@@ -8,6 +8,7 @@ messages are merged into one message: that is what `message.complete` carried li
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,16 @@ from canonical.protocol import iso_from_unix
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One turn as Hermes stored it. `answered`: it ends with the model's answer; a turn
+    the agent could not finish (the provider failed) ends with the user's message or a
+    tool call, or stored nothing."""
+
+    answered: bool
+    reasoning: str | None
 
 
 class Transcript:
@@ -61,14 +72,15 @@ class Transcript:
             return None, None
         return str(row["id"]), iso_from_unix(row["last"])
 
-    def reasoning_since(self, lane: Lane, since: float) -> str | None:
-        """The reasoning Hermes stored on this lane's latest assistant turn since `since`."""
+    def turn_since(self, lane: Lane, since: float) -> Turn | None:
+        """What Hermes stored for this lane's turn that started at `since`; None when
+        state.db cannot be read."""
         try:
             conn = self._connect()
             if conn is None:
                 return None
             try:
-                return _reasoning_row(conn, self.platform, lane, since)
+                return _turn_rows(conn, self.platform, lane, since)
             finally:
                 conn.close()
         except sqlite3.Error:
@@ -148,13 +160,23 @@ def _num(message_id: str) -> int:
         return 0
 
 
-def _reasoning_row(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> str | None:
-    row = conn.execute(
-        "SELECT COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) FROM messages m "
-        "JOIN sessions s ON s.id = m.session_id WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
-        "AND m.role = 'assistant' AND m.timestamp >= ? "
-        "AND COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) IS NOT NULL "
-        "ORDER BY m.id DESC LIMIT 1",
-        (platform, lane[0], lane[1], since - 1.0),
-    ).fetchone()
-    return str(row[0]) if row and row[0] else None
+def _turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> Turn:
+    # Only rows written since the run started: its own turn (no slack, or the previous
+    # turn's reasoning, written a moment before, would be taken for this one's).
+    rows = conn.execute(
+        "SELECT m.role, m.tool_calls, "
+        "COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) AS reasoning "
+        "FROM messages m JOIN sessions s ON s.id = m.session_id "
+        "WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
+        "AND m.role IN ('user', 'assistant', 'tool') AND m.active = 1 AND m.timestamp >= ? "
+        "ORDER BY m.id",
+        (platform, lane[0], lane[1], since),
+    ).fetchall()
+    reasoning = next((str(r["reasoning"]) for r in reversed(rows) if r["reasoning"]), None)
+    last = rows[-1] if rows else None
+    answered = (
+        last is not None
+        and last["role"] == "assistant"
+        and (not last["tool_calls"] or last["tool_calls"] in ("[]", "null"))
+    )
+    return Turn(answered=answered, reasoning=reasoning)

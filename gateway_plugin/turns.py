@@ -31,6 +31,12 @@ def strip_cursor(text: str) -> str:
     return _CURSOR_RE.sub("", text)
 
 
+def is_final(text: str) -> bool:
+    """Hermes' stream consumer ends every update of a segment it will edit again with its
+    cursor; the segment's final text (at a tool boundary or the turn's end) has none."""
+    return _CURSOR_RE.search(text) is None
+
+
 _REASONING_CODE = re.compile(r"^💭 \*\*Reasoning:\*\*\n```\n(.*?)\n```\n\n", re.DOTALL)
 _REASONING_QUOTE = re.compile(r"^> 💭 \*\*Reasoning:\*\*\n((?:>.*\n)*)\n", re.DOTALL)
 _REASONING_SUBTEXT = re.compile(r"^-# 💭 Reasoning\n((?:-#.*\n)*)\n", re.DOTALL)
@@ -85,6 +91,12 @@ class Run:
     last_text: str = ""
     # segments[:commentary_upto] were interim messages closed by a tool call.
     commentary_upto: int = 0
+    # Segments whose last update still carried the cursor: Hermes will edit them again.
+    open_segments: set[int] = field(default_factory=set)
+    # Commentary closed by a tool call before Hermes delivered its final text: sent then.
+    commentary_pending: set[int] = field(default_factory=set)
+    # Status texts Hermes showed in this run (its status callback), by their segment id.
+    statuses: dict[str, str] = field(default_factory=dict)
     reasoning: str | None = None
     started: float = field(default_factory=time.time)
 
@@ -174,43 +186,63 @@ class TurnTracker:
             }
         ]
 
-    def on_send(self, run: Run, content: str) -> tuple[str, list[Json]]:
-        """A new text segment of the run; returns the segment's message id and events."""
-        segment_id = f"seg-{new_id(8)}"
+    def on_send(
+        self, run: Run, content: str, *, status: bool = False, final: bool | None = None
+    ) -> tuple[str, list[Json]]:
+        """A new text segment of the run; returns the segment's message id and events.
+        `status`: the text comes from Hermes' status callback, not from the model.
+        `final`: Hermes will not edit it again (None: judged by the cursor)."""
         reasoning, content = split_reasoning(content)
         if reasoning:
             run.reasoning = reasoning
-        run.segments.append(strip_cursor(content))
+        text = strip_cursor(content)
+        repeated = run.statuses.get(text.strip())
+        if repeated is not None and not status:
+            # A failed turn: Hermes reports the failure through its status callback, then
+            # sends the same text again as the turn's response. One copy is the message.
+            return repeated, []
+        segment_id = f"seg-{new_id(8)}"
+        run.segments.append(text)
         run.segment_ids.append(segment_id)
-        self.segment_index[segment_id] = (run.run_id, len(run.segments) - 1)
+        index = len(run.segments) - 1
+        self.segment_index[segment_id] = (run.run_id, index)
+        if not (is_final(content) if final is None else final):
+            run.open_segments.add(index)
+        if status and text.strip():
+            run.statuses[text.strip()] = segment_id
         return segment_id, self._delta(run)
 
     def close_commentary(self, run: Run) -> list[Json]:
-        """A tool call started: the text so far was interim commentary, not the reply."""
+        """A tool call started: the text so far was interim commentary, not the reply.
+        A segment Hermes has not finished yet (its final edit trails the tool hook) is
+        sent as commentary once its final text arrives."""
         events: list[Json] = []
         for index in range(run.commentary_upto, len(run.segments)):
-            text = run.segments[index].strip()
-            if text:
-                events.append(
-                    {
-                        **_base(run, "commentary"),
-                        "message_id": run.segment_ids[index],
-                        "text": text,
-                        "ts": now_iso(),
-                    }
-                )
+            if index in run.open_segments:
+                run.commentary_pending.add(index)
+            else:
+                events.extend(_commentary(run, index))
         run.commentary_upto = len(run.segments)
         return events
 
-    def on_edit(self, segment_id: str, content: str) -> list[Json]:
+    def on_edit(self, segment_id: str, content: str, *, final: bool | None = None) -> list[Json]:
+        """A segment's new text. `final`: Hermes' last edit of it (None: judged by the
+        cursor)."""
         located = self.segment_index.get(segment_id)
         if located is None:
             return []
         run = self.by_run_id(located[0])
         if run is None:
             return []
-        run.segments[located[1]] = strip_cursor(content)
-        return self._delta(run)
+        index = located[1]
+        run.segments[index] = strip_cursor(content)
+        events = self._delta(run)
+        if is_final(content) if final is None else final:
+            run.open_segments.discard(index)
+            if index in run.commentary_pending:
+                run.commentary_pending.discard(index)
+                events.extend(_commentary(run, index))
+        return events
 
     def finish(
         self, lane: Lane, status: str, error: str | None = None, reasoning: str | None = None
@@ -222,6 +254,9 @@ class TurnTracker:
             return []
         for segment_id in [k for k, v in self.segment_index.items() if v[0] == run.run_id]:
             del self.segment_index[segment_id]
+        # Commentary whose final edit never came: what it said is all there is.
+        pending = [e for index in sorted(run.commentary_pending) for e in _commentary(run, index)]
+        run.commentary_pending.clear()
         complete = {
             **_base(run, "message.complete"),
             "message_id": run.message_id,
@@ -238,7 +273,21 @@ class TurnTracker:
         finished = {**_base(run, "run.finished"), "status": status}
         if status == "failed":
             finished["error"] = (error or "the run failed")[:500]
-        return [complete, finished]
+        return [*pending, complete, finished]
+
+
+def _commentary(run: Run, index: int) -> list[Json]:
+    text = run.segments[index].strip()
+    if not text:
+        return []
+    return [
+        {
+            **_base(run, "commentary"),
+            "message_id": run.segment_ids[index],
+            "text": text,
+            "ts": now_iso(),
+        }
+    ]
 
 
 def notice_events(

@@ -220,3 +220,35 @@ def test_reading_history_never_writes_to_state_db(world: World) -> None:
     world.transcript.messages(HOME, 100)
     world.transcript.latest(HOME)
     assert world.db_path.stat().st_mtime_ns == before
+
+
+def test_a_turn_that_ends_with_the_models_answer_is_answered(world: World) -> None:
+    turn = world.transcript.turn_since(HOME, T0 + 7 * 60)
+    assert turn is not None and turn.answered and turn.reasoning is None
+
+
+def test_a_turn_that_stored_nothing_is_not_answered(world: World) -> None:
+    turn = world.transcript.turn_since(TOPIC, T0 + 10 * 60 + 1)
+    assert turn is not None and not turn.answered
+
+
+def test_a_turn_is_only_what_was_stored_since_it_started(tmp_path: Path) -> None:
+    db_path = tmp_path / "state.db"
+    db = SessionDB(db_path=db_path)
+    try:
+        _session(db, "s", "android", HOME)
+        db.append_message("s", "user", "think", timestamp=T0)
+        db.append_message("s", "assistant", "thought", reasoning="deep", timestamp=T0 + 1)
+        # The next turn, a moment later: the provider failed after a tool call.
+        db.append_message("s", "user", "go on", timestamp=T0 + 1.2)
+        calls = [{"id": "c1", "type": "function"}]
+        db.append_message("s", "assistant", "Checking.", tool_calls=calls, timestamp=T0 + 1.4)
+        db.append_message("s", "tool", "output", timestamp=T0 + 1.6)
+    finally:
+        db.close()
+    transcript = Transcript(db_path)
+    failed = transcript.turn_since(HOME, T0 + 1.1)
+    assert failed is not None and not failed.answered and failed.reasoning is None
+    earlier = transcript.turn_since(HOME, T0)
+    assert earlier is not None and earlier.reasoning == "deep"
+    assert Transcript(tmp_path / "missing.db").turn_since(HOME, T0) is None

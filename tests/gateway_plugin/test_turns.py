@@ -366,3 +366,65 @@ def test_deltas_are_cumulative_prefixes_and_the_complete_text_is_the_last_delta(
     else:
         assert complete["text"] == ""
     assert finished["status"] == "completed"
+
+
+# --------------------------------------------------------------------------- commentary, statuses
+
+
+def test_commentary_whose_final_edit_trails_the_tool_hook_is_sent_whole() -> None:
+    # Hermes' order when its tool hook beats the stream consumer's final edit.
+    turns = TurnTracker()
+    run, _ = turns.accept(LANE, CID, run_id="r1")
+    segment, _ = turns.on_send(run, "Let me check that with a ▉")
+    assert turns.close_commentary(run) == []
+    events = turns.on_edit(segment, "Let me check that with a tool first.", final=True)
+    commentary = [e for e in events if e["type"] == "commentary"]
+    assert [c["text"] for c in commentary] == ["Let me check that with a tool first."]
+    assert commentary[0]["message_id"] == segment
+    turns.on_send(run, "\n\nDone.", final=True)
+    complete, _ = turns.finish(LANE, "completed")
+    assert complete["reply"] == "Done."
+    assert complete["text"] == "Let me check that with a tool first.\n\nDone."
+
+
+def test_finished_commentary_is_sent_at_the_tool_call_and_never_twice() -> None:
+    turns = TurnTracker()
+    run, _ = turns.accept(LANE, CID, run_id="r1")
+    segment, _ = turns.on_send(run, "Checking ▉")
+    turns.on_edit(segment, "Checking.", final=True)
+    assert [e["text"] for e in turns.close_commentary(run)] == ["Checking."]
+    assert turns.on_edit(segment, "Checking.", final=True) == []
+    assert [e["type"] for e in turns.finish(LANE, "completed")] == [
+        "message.complete",
+        "run.finished",
+    ]
+
+
+def test_commentary_hermes_never_finished_is_sent_before_the_runs_end() -> None:
+    turns = TurnTracker()
+    run, _ = turns.accept(LANE, CID, run_id="r1")
+    turns.on_send(run, "Let me ▉")
+    turns.close_commentary(run)
+    events = turns.finish(LANE, "completed")
+    assert [e["type"] for e in events] == ["commentary", "message.complete", "run.finished"]
+    assert events[0]["text"] == "Let me"
+
+
+def test_a_response_repeating_the_runs_status_is_not_shown_twice() -> None:
+    failure = "⚠️ The model provider failed after retries."
+    turns = TurnTracker()
+    run, _ = turns.accept(LANE, CID, run_id="r1")
+    status_id, events = turns.on_send(run, failure, status=True)
+    assert [e["text"] for e in events] == [failure]
+    assert turns.on_send(run, failure) == (status_id, [])
+    complete, _ = turns.finish(LANE, "failed", failure)
+    assert complete["text"] == failure
+
+
+def test_text_equal_to_earlier_text_that_was_no_status_is_kept() -> None:
+    turns = TurnTracker()
+    run, _ = turns.accept(LANE, CID, run_id="r1")
+    turns.on_send(run, "Checking.")
+    turns.on_send(run, "Checking.")
+    complete, _ = turns.finish(LANE, "completed")
+    assert complete["text"] == "Checking.Checking."
