@@ -273,7 +273,12 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         if self.controller is None or event.source is None:
             return
         lane = (str(event.source.chat_id), event.source.thread_id)
-        self.controller.on_processing_start(lane, (event.metadata or {}).get("hdg_run_id"))
+        run_id = (event.metadata or {}).get("hdg_run_id")
+        self.controller.on_processing_start(lane, run_id)
+        if run_id is not None and self.controller.cancelled.get(lane) == run_id:
+            # Cancelled before Hermes took it up (it waited behind another turn, whose
+            # signal Hermes clears): this turn starts interrupted.
+            await self.interrupt(lane, user_id=str(event.source.user_id or "device"))
 
     async def on_processing_complete(self, event: Any, outcome: Any) -> None:
         if self.controller is None or event.source is None:
@@ -436,9 +441,24 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         return await asyncio.to_thread(hb.stage_media_file, source, filename, mime_type)
 
     async def interrupt(self, lane: Lane, *, user_id: str) -> None:
+        """Hermes' own interrupt signal for the lane's session: its turn hands it to the
+        agent as soon as there is one, so a turn not started yet starts interrupted and
+        calls neither the model nor a tool; a running tool is killed. The turn then ends
+        the normal way, after what it was doing. (`/stop` would abandon the turn instead:
+        before the agent exists it stops nothing, and a tool it kills ends after it.)"""
+        await self.interrupt_session_activity(
+            self.session_key(lane), lane[0], metadata={"thread_id": lane[1]} if lane[1] else None
+        )
+
+    async def stop_hard(self, lane: Lane, *, user_id: str) -> bool:
+        """Hermes' /stop, for a turn that ignores its interrupt; False (nothing sent) while
+        the turn has no agent yet, which /stop could not reach."""
+        if not hb.agent_running(self.runner, self.session_key(lane)):
+            return False
         await self.submit(
             lane, "/stop", user_id=user_id, user_name=user_id, run_id=None, chat_name=lane[0]
         )
+        return True
 
     def delete_transcript(self, lane: Lane) -> int:
         assert self.controller is not None

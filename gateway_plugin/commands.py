@@ -352,6 +352,12 @@ class CommandHandler:
             }
             self.c.publish(self.c.outbox.record_send(key, result, [echo], None))
             await self._ack_send(command, result)
+            if text.split(maxsplit=1)[0].lower() == "/stop":
+                # The run's cancel, whichever way it is asked for (see cmd_run_cancel).
+                await self.c.cancel_run(lane, active, device_id)
+                if key is not None:
+                    self.c.outbox.mark_dispatched(key)
+                return
             await self._dispatch(command, entry, text, None, key)
             return
         run, events = self.c.turns.accept(
@@ -448,6 +454,7 @@ class CommandHandler:
         lane = lane_of(entry)
         run = self.c.turns.active(lane)
         if run is not None and run.run_id == run_id:
+            self.c.forget_cancel(lane, run_id)
             self.c.emit(self.c.turns.finish(lane, "failed", error))
             self.c.outbox.finish_run(run_id)
 
@@ -462,7 +469,7 @@ class CommandHandler:
         wanted = args.get("run_id")
         if run is None or (wanted is not None and wanted != run.run_id):
             raise CommandError("not_found", "no such active run")
-        await self.c.agent.interrupt(lane, user_id=str(command.get("device_id")))
+        await self.c.cancel_run(lane, run, str(command.get("device_id")))
 
     # -- attachments: requests from the edges (HTTP uploads and downloads, iris media)
     async def cmd_attachment_check(self, command: Json, args: Json) -> None:

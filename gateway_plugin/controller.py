@@ -44,6 +44,9 @@ log = logging.getLogger("hdg.plugin")
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
 ADOPT_WINDOW_S = 30.0
+# A cancelled turn still running this long after its interrupt gets Hermes' /stop, which
+# abandons it (an agent that never reads its interrupt flag: a wait, a hung call).
+CANCEL_GRACE_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
 
@@ -102,6 +105,11 @@ class Controller:
         self._seen_head = self.outbox.head()
         self.pending_titles = PendingTitles()
         self._background: set[asyncio.Task[None]] = set()
+        # Runs a device cancelled, by lane, until they end: their turn is stopped and
+        # nothing more of it is shown. Read from agent threads (hermes_bridge refuses
+        # the tools of a cancelled turn): only ever replaced or popped, never mutated.
+        self.cancelled: dict[Lane, str] = {}
+        self._cancel_watch: dict[Lane, asyncio.TimerHandle] = {}
         self.running = False
 
     # -- lifecycle
@@ -156,6 +164,9 @@ class Controller:
         """Stop, waiting for the pushes being queued and the jobs running; with a
         `deadline`, no longer than it leaves (what is cut short is kept or retried)."""
         self.running = False
+        for handle in self._cancel_watch.values():
+            handle.cancel()
+        self._cancel_watch.clear()
         admin.detach(self)
         await self.push.close(deadline)
         await self.jobs.close(deadline)
@@ -369,6 +380,43 @@ class Controller:
         )
         self.outbox.finish_run(run_id)
 
+    # -- cancelling a run
+    async def cancel_run(self, lane: Lane, run: Run, user_id: str) -> None:
+        """Stop the run's turn at whatever point it is. The run stays open until Hermes'
+        turn has really ended (on_processing_complete), so a tool cut short is reported
+        in it, before its end, and nothing of it comes after."""
+        self.cancelled[lane] = run.run_id
+        await self.agent.interrupt(lane, user_id=user_id)
+        self.desk.release_clarifications(lane)
+        if lane not in self._cancel_watch:
+            self._watch_cancel(lane, run.run_id, user_id)
+
+    def forget_cancel(self, lane: Lane, run_id: str) -> bool:
+        """The run ended: True if it had been cancelled."""
+        if self.cancelled.get(lane) != run_id:
+            return False
+        del self.cancelled[lane]
+        handle = self._cancel_watch.pop(lane, None)
+        if handle is not None:
+            handle.cancel()
+        return True
+
+    def _watch_cancel(self, lane: Lane, run_id: str, user_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._cancel_watch[lane] = loop.call_later(
+            CANCEL_GRACE_S,
+            lambda: self.background(loop.create_task(self._stop_hard(lane, run_id, user_id))),
+        )
+
+    async def _stop_hard(self, lane: Lane, run_id: str, user_id: str) -> None:
+        self._cancel_watch.pop(lane, None)
+        if not self.running or self.cancelled.get(lane) != run_id:
+            return
+        log.warning("a cancelled turn is still running after %.0fs: stopping it", CANCEL_GRACE_S)
+        if not await self.agent.stop_hard(lane, user_id=user_id):
+            # No agent of this turn to stop yet: the interrupt waits for it.
+            self._watch_cancel(lane, run_id, user_id)
+
     # -- Hermes → devices (called by the adapter on the gateway loop)
     def lane_entry(self, lane: Lane) -> ChannelEntry | None:
         return self.channels.get(lane[0], lane[1])
@@ -404,6 +452,10 @@ class Controller:
         if run.run_id != run_id and not (run.implicit and run_id is None):
             return
         status = {"success": "completed", "cancelled": "cancelled"}.get(outcome, "failed")
+        if self.forget_cancel(lane, run.run_id):
+            # However Hermes' turn ended (an interrupted turn ends as a success), it was
+            # cancelled; and it has ended: whatever it did is already shown before this.
+            status = "cancelled"
         error = None
         if status == "failed":
             error = "the agent could not complete this turn"
@@ -424,10 +476,11 @@ class Controller:
             # overflowed) as processed: its text is Hermes' explanation, not an answer.
             status, error = "failed", run.reply().strip() or "the agent could not answer"
         reasoning = turn.reasoning if turn is not None else None
+        # What Hermes no longer waits for closes in the run, before its end.
+        self.desk.expire_lane(lane)
         finished = self.emit(self.turns.finish(lane, status, error, reasoning))
         self._maybe_title(lane, finished)
         self.outbox.finish_run(run.run_id)
-        self.desk.expire_lane(lane)
 
     def on_send(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
         """Classify one outbound send; returns the message id Hermes will edit."""
@@ -437,6 +490,14 @@ class Controller:
         run = self.turns.active(lane)
         if kind == "progress":
             return f"progress-{int(time.monotonic() * 1e6)}"
+        if (
+            kind == "text"
+            and run is not None
+            and self.cancelled.get(lane) == run.run_id
+            and not (metadata or {}).get("job_id")
+        ):
+            # What an interrupted turn still says ("Operation interrupted…") is not a reply.
+            return f"cancelled-{int(time.monotonic() * 1e6)}"
         if kind == "notice":
             events = notice_events(
                 lane, self.conversation_id(lane), content, run.run_id if run else None
@@ -481,7 +542,7 @@ class Controller:
         return segment_id
 
     def on_edit(self, message_id: str, content: str, *, finalize: bool = False) -> None:
-        if message_id.startswith(("progress-", "notice-")):
+        if message_id.startswith(("progress-", "notice-", "cancelled-")):
             return
         # Hermes' stream consumer marks its last edit of a message (at a tool call or the
         # turn's end) with `finalize`.

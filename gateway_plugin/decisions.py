@@ -66,6 +66,10 @@ class DecisionDesk:
         duration_ms: Any,
         error: Any,
     ) -> None:
+        if lane in self.c.cancelled:
+            # Ended by the run's cancel (a killed command exits 130, which Hermes reports
+            # as a normal result): its result goes nowhere.
+            status = "cancelled"
         self.c.emit(
             [
                 self.state.tool_finished(
@@ -159,6 +163,12 @@ class DecisionDesk:
                 }
             ]
         )
+
+    def release_clarifications(self, lane: Lane) -> None:
+        """The run was cancelled: an agent waiting for a clarification does not see its
+        interrupt, so it gets Hermes' no-answer now (the prompt closes as the run ends)."""
+        for item in self.state.for_lane(lane, "clarify"):
+            self.c.agent.resolve_clarify(item.picker_id, "")
 
     def expire_lane(self, lane: Lane) -> None:
         """The run ended: whatever Hermes was still waiting for in this lane is gone."""

@@ -206,13 +206,31 @@ def _hand_off(method: str, *args: Any) -> None:
         loop.call_soon_threadsafe(getattr(controller.desk, method), *args)
 
 
-def _on_pre_tool_call(**kwargs: Any) -> None:
+# Tool calls refused because their run was cancelled: Hermes reports them "blocked".
+_REFUSED: set[str] = set()
+CANCELLED_TOOL_MESSAGE = "Not run: the user cancelled this turn."
+
+
+def _cancelled(lane: Lane) -> bool:
+    return any(
+        adapter.controller is not None and lane in adapter.controller.cancelled
+        for adapter in list(ADAPTERS)
+    )
+
+
+def _on_pre_tool_call(**kwargs: Any) -> dict[str, str] | None:
     lane = _hook_lane()
     name = str(kwargs.get("tool_name") or "")
     if lane is None or not name:
-        return
+        return None
     call_id = str(kwargs.get("tool_call_id") or f"{name}-{kwargs.get('turn_id')}")
+    if _cancelled(lane):
+        # The turn's interrupt may reach the agent only after the model asked for a tool
+        # (Hermes hands it over within 0.2 s): a cancelled run starts no tool at all.
+        _REFUSED.add(call_id)
+        return {"action": "block", "message": CANCELLED_TOOL_MESSAGE}
     _hand_off("on_tool_start", lane, call_id, name, kwargs.get("args"))
+    return None
 
 
 def _on_post_tool_call(**kwargs: Any) -> None:
@@ -221,6 +239,9 @@ def _on_post_tool_call(**kwargs: Any) -> None:
     if lane is None or not name:
         return
     call_id = str(kwargs.get("tool_call_id") or f"{name}-{kwargs.get('turn_id')}")
+    if call_id in _REFUSED:
+        _REFUSED.discard(call_id)
+        return
     status = str(kwargs.get("status") or "ok")
     interrupted = "interrupt" in str(kwargs.get("error_type") or "").lower()
     outcome = (
@@ -274,6 +295,14 @@ def yolo_enabled(session_key: str) -> bool:
 
 def session_key_for(runner: Any, source: Any) -> str:
     return str(runner._session_key_for_source(source))
+
+
+def agent_running(runner: Any, session_key: str) -> bool:
+    """Whether the session's turn has its agent (not only Hermes' placeholder for it)."""
+    from gateway.run import _AGENT_PENDING_SENTINEL
+
+    agent = (getattr(runner, "_running_agents", None) or {}).get(session_key)
+    return agent is not None and agent is not _AGENT_PENDING_SENTINEL
 
 
 def model_state(runner: Any, session_key: str) -> tuple[str, str, str]:

@@ -285,9 +285,9 @@ class LaneCommands:
             if archived is not None:
                 self._broadcast_entry("channel.deleted", archived)
         # A run still streaming into what was deleted is stopped, not left to run on.
-        for lane in list(self.c.turns.runs):
+        for lane, run in list(self.c.turns.runs.items()):
             if lane[0] == entry.chat_id and (entry.thread_id is None or lane[1] == entry.thread_id):
-                await self.c.agent.interrupt(lane, user_id=str(command.get("device_id")))
+                await self.c.cancel_run(lane, run, str(command.get("device_id")))
 
     async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
         entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))

@@ -32,7 +32,11 @@ class AgentPort(Protocol):
         (path, MIME type) for `submit`."""
 
     async def interrupt(self, lane: Lane, *, user_id: str) -> None:
-        """Interrupt the lane's running agent the supported way (/stop)."""
+        """Interrupt the lane's turn, now or, when its agent does not exist yet, as soon
+        as it does; the turn still ends through Hermes' normal path."""
+
+    async def stop_hard(self, lane: Lane, *, user_id: str) -> bool:
+        """Abandon the lane's turn (/stop) if it has an agent; whether it did."""
 
     def delete_transcript(self, lane: Lane) -> int:
         """Delete the lane's Hermes sessions; return how many."""
