@@ -338,6 +338,11 @@ class Controller:
                 ADOPT_WINDOW_S, self._fail_orphan, lane, stale["run_id"]
             )
 
+    def unfinished_lanes(self) -> set[Lane]:
+        """Lanes with a run a previous process never finished (close_stale_runs): the
+        only turns Hermes' start-up restore may resume."""
+        return set(self._orphans)
+
     def _fail_orphan(self, lane: Lane, run_id: str) -> None:
         stale = self._orphans.get(lane)
         if stale is None or stale["run_id"] != run_id or not self.running:
