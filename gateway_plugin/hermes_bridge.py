@@ -261,16 +261,19 @@ def session_key_for(runner: Any, source: Any) -> str:
     return str(runner._session_key_for_source(source))
 
 
-# Why Hermes marks a session for its start-up resume (gateway/run.py _AUTO_RESUME_REASONS).
-_AUTO_RESUME_REASONS = frozenset({"restart_timeout", "shutdown_timeout", "restart_interrupted"})
+# The mark Hermes' start-up sets after an unclean exit on every recently active session
+# (SessionStore.suspend_recently_active). Its clean shutdown marks only the turns it
+# interrupted ("restart_timeout", "shutdown_timeout"): those it may resume.
+_CRASH_RESUME_REASON = "restart_interrupted"
 
 
 def keep_resumes_of(session_store: Any, unfinished: set[Lane]) -> int:
-    """Clear Hermes' start-up resume mark of every android session whose lane has no run
-    the plugin knows was unfinished; returns how many. After a crash Hermes marks every
-    session active in its last two minutes (``suspend_recently_active``), finished ones
-    too, and its start-up restore would answer each again. Blocking (it rewrites Hermes'
-    sessions.json): run it in a thread, before connect() returns."""
+    """Clear the resume mark Hermes sets after a crash on every android session whose
+    lane has no run the plugin knows was unfinished; returns how many. After a crash
+    Hermes marks every session active in its last two minutes (``suspend_recently_active``),
+    finished ones too, and its start-up restore would answer each again. The marks its
+    clean shutdown sets stay. Blocking (it rewrites Hermes' sessions.json): run it in a
+    thread, before connect() returns."""
     if session_store is None:
         return 0
     cleared = 0
@@ -280,7 +283,7 @@ def keep_resumes_of(session_store: Any, unfinished: set[Lane]) -> int:
             origin = entry.origin
             if (
                 not entry.resume_pending
-                or entry.resume_reason not in _AUTO_RESUME_REASONS
+                or entry.resume_reason != _CRASH_RESUME_REASON
                 or origin is None
                 or getattr(origin.platform, "value", origin.platform) != PLATFORM
                 or (str(origin.chat_id), origin.thread_id or None) in unfinished
