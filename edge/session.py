@@ -125,6 +125,18 @@ def _online_settled(conn: Connection, online: asyncio.Future[None]) -> None:
     conn.request_close(CLOSE_UNAVAILABLE)
 
 
+def _with_client_id(error: Json, conn: Connection, frame: Any) -> Json:
+    """An iris send is matched to its answer by client_id (it may have no request_id): an
+    error the edge gives it carries the client_id too, or the device never sees its send
+    refused and cannot retry it. Echoed only when it is one the device could send again."""
+    if conn.dialect.name != "iris" or not isinstance(frame, dict):
+        return error
+    client_id = frame.get("client_id")
+    if isinstance(client_id, str) and client_id.strip() and len(client_id) <= 128:
+        error["client_id"] = client_id
+    return error
+
+
 class DeviceSession:
     def __init__(
         self,
@@ -367,6 +379,7 @@ class DeviceSession:
             raw = await _receive_frame(self.ws)
             self.hub.frames_in += 1
             request_id: Any = None
+            frame: Any = None
             try:
                 if raw is None or raw == "\x00invalid":
                     raise FrameRejected("invalid_json", "frames must be UTF-8 JSON text")
@@ -411,18 +424,14 @@ class DeviceSession:
                 await self._submit(conn, decoded["cmd"], decoded["args"], request_id)
             except FrameRejected as rejected:
                 rid = rejected.request_id if rejected.request_id is not None else request_id
-                conn.send_frame(
-                    encode(conn.dialect.error_frame(rejected.code, rejected.message, rid))
-                )
+                error = conn.dialect.error_frame(rejected.code, rejected.message, rid)
+                conn.send_frame(encode(_with_client_id(error, conn, frame)))
             except BusUnavailable:
                 if conn.replaying and conn.finish_replay([]):
                     conn.request_close(CLOSE_UNAVAILABLE)  # it resumes on reconnecting
-                conn.send_frame(
-                    encode(
-                        conn.dialect.error_frame(
-                            "unavailable",
-                            "the gateway is unreachable right now; retry shortly",
-                            request_id,
-                        )
-                    )
+                error = conn.dialect.error_frame(
+                    "unavailable",
+                    "the gateway is unreachable right now; retry shortly",
+                    request_id,
                 )
+                conn.send_frame(encode(_with_client_id(error, conn, frame)))

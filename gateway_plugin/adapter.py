@@ -95,6 +95,18 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
                 retryable=True,
             )
             return False
+        # Before Hermes' start-up restore runs (after every platform connected): it may
+        # resume only the turns the outbox says were unfinished, not every recent session.
+        store = getattr(self, "_session_store", None)
+        try:
+            kept_out = await asyncio.to_thread(
+                hb.keep_resumes_of, store, self.controller.unfinished_lanes()
+            )
+        except Exception:
+            log.exception("could not narrow Hermes' start-up resume to unfinished runs")
+        else:
+            if kept_out:
+                log.info("%d finished conversations will not be resumed by Hermes", kept_out)
         # The edge opens only once the tenant is registered, so a device's first hello works.
         if settings.embedded and not await self._start_embedded_edge(settings, bus):
             await self.controller.stop()

@@ -49,6 +49,9 @@ ADOPT_WINDOW_S = 30.0
 CANCEL_GRACE_S = 30.0
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
+# outbox meta: the head a stopping process had published in full (see _publish_rest).
+PUBLISHED_UPTO = "published_upto"
+PUBLISH_REST_S = 2.0
 
 
 class Controller:
@@ -93,6 +96,7 @@ class Controller:
         self._publishing = False  # the publisher has a batch in flight
         # Tells the edges to resync once an event could not be published (_doorbell_lost).
         self._doorbell_repair: asyncio.Task[None] | None = None
+        self._unpublished = False  # an event's publish failed; the edges are not told yet
         self._tasks: list[asyncio.Task[None]] = []
         self.reader = CommandReader(self)
         self._orphans: dict[Lane, Json] = {}
@@ -127,9 +131,14 @@ class Controller:
         # resumes their turns (it does so before the command reader may start).
         self.close_stale_runs()
         # Events the previous process sequenced may never have been published: every
-        # connected device catches up from its cursor. Awaited here, before connect()
-        # returns, so it can never hit a device that connects to this new process.
-        await self.bus.publish(self.tenant, self._resync_notice())
+        # connected device catches up from its cursor (pheby devices, without cursors,
+        # are closed to reload). Not after a stop that published everything and nothing
+        # appended since: devices then stay connected across the restart. Awaited here,
+        # before connect() returns, so it can never hit a device of this new process.
+        published = self.outbox.get_meta(PUBLISHED_UPTO)
+        self.outbox.delete_meta(PUBLISHED_UPTO)  # a crash of this process proves nothing
+        if published != str(self.outbox.head()):
+            await self.bus.publish(self.tenant, self._resync_notice())
         self._tasks = [
             asyncio.create_task(self._publisher(), name="hdg-publisher"),
             asyncio.create_task(upkeep.heartbeat(self), name="hdg-heartbeat"),
@@ -170,11 +179,14 @@ class Controller:
         admin.detach(self)
         await self.push.close(deadline)
         await self.jobs.close(deadline)
+        everything_published = await self._publish_rest(deadline)
         if self._doorbell_repair is not None:
             self._tasks.append(self._doorbell_repair)
             self._doorbell_repair = None
         await upkeep.cancel_all(self._tasks)
         self._tasks = []
+        if everything_published:
+            self.outbox.set_meta(PUBLISHED_UPTO, str(self.outbox.head()))
         self.outbox.close()
         self.channels.close()
         self.search.close()
@@ -272,6 +284,31 @@ class Controller:
             finally:
                 self._publishing = False
 
+    async def _publish_rest(self, deadline: Deadline) -> bool:
+        """At a stop: publish what is sequenced and not yet published (in the queue, or
+        appended by another process since the last poll), within the stop budget. True
+        when every event reached the bus, so the next start need not resync devices."""
+        head = self.outbox.head()
+        if head > self._seen_head:
+            events, _ = self.outbox.since(self._seen_head)
+            if not events or int(events[-1]["cursor"]) < head:
+                return False  # more than one read holds: leave them to the resync
+            for event in events:  # not self.publish(): pushes are closed by now
+                self._publish_queue.put_nowait(dumps(event).encode())
+        end = time.monotonic() + deadline.left(PUBLISH_REST_S)
+        while not self._publish_queue.empty() or self._publishing:
+            if time.monotonic() >= end:
+                return False
+            await asyncio.sleep(0.01)
+        # Behind the publishes sent straight to the bus: their outcome is known after it.
+        try:
+            async with asyncio.timeout(max(0.0, end - time.monotonic())):
+                answered = await self.bus.ping()
+        except TimeoutError:
+            return False
+        await asyncio.sleep(0)  # their failure callbacks (_doorbell_lost) run first
+        return answered and not self._unpublished
+
     def _resync_notice(self) -> bytes:
         return dumps({"type": "_control", "action": "resync", "tenant": self.tenant}).encode()
 
@@ -280,6 +317,7 @@ class Controller:
         subscription was lost, but Redis may have been out of reach of this process alone
         (a partition, or a command timeout shorter than their health check): then
         nothing else tells them. Once the bus answers, they are told to resync."""
+        self._unpublished = True
         if self.running and (self._doorbell_repair is None or self._doorbell_repair.done()):
             self._doorbell_repair = asyncio.get_running_loop().create_task(
                 self._repair_doorbell(), name="hdg-doorbell-repair"
@@ -298,6 +336,7 @@ class Controller:
                 log.exception("telling the edges to resync failed; retrying")
                 backoff = min(backoff * 2, 5.0)
                 continue
+            self._unpublished = False
             log.info("bus back after lost events: edges told to resync their devices")
             return
 
@@ -348,6 +387,11 @@ class Controller:
             asyncio.get_running_loop().call_later(
                 ADOPT_WINDOW_S, self._fail_orphan, lane, stale["run_id"]
             )
+
+    def unfinished_lanes(self) -> set[Lane]:
+        """Lanes with a run a previous process never finished (close_stale_runs): the
+        only turns Hermes' start-up restore may resume."""
+        return set(self._orphans)
 
     def _fail_orphan(self, lane: Lane, run_id: str) -> None:
         stale = self._orphans.get(lane)

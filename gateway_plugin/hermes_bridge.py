@@ -305,6 +305,43 @@ def agent_running(runner: Any, session_key: str) -> bool:
     return agent is not None and agent is not _AGENT_PENDING_SENTINEL
 
 
+# The mark Hermes' start-up sets after an unclean exit on every recently active session
+# (SessionStore.suspend_recently_active). Its clean shutdown marks only the turns it
+# interrupted ("restart_timeout", "shutdown_timeout"): those it may resume.
+_CRASH_RESUME_REASON = "restart_interrupted"
+
+
+def keep_resumes_of(session_store: Any, unfinished: set[Lane]) -> int:
+    """Clear the resume mark Hermes sets after a crash on every android session whose
+    lane has no run the plugin knows was unfinished; returns how many. After a crash
+    Hermes marks every session active in its last two minutes (``suspend_recently_active``),
+    finished ones too, and its start-up restore would answer each again. The marks its
+    clean shutdown sets stay. Blocking (it rewrites Hermes' sessions.json): run it in a
+    thread, before connect() returns."""
+    if session_store is None:
+        return 0
+    cleared = 0
+    with session_store._lock:
+        session_store._ensure_loaded_locked()
+        for entry in session_store._entries.values():
+            origin = entry.origin
+            if (
+                not entry.resume_pending
+                or entry.resume_reason != _CRASH_RESUME_REASON
+                or origin is None
+                or getattr(origin.platform, "value", origin.platform) != PLATFORM
+                or (str(origin.chat_id), origin.thread_id or None) in unfinished
+            ):
+                continue
+            entry.resume_pending = False
+            entry.resume_reason = None
+            entry.last_resume_marked_at = None
+            cleared += 1
+        if cleared:
+            session_store._save()
+    return cleared
+
+
 def model_state(runner: Any, session_key: str) -> tuple[str, str, str]:
     """(model, provider, scope) in effect for a session."""
     override = (getattr(runner, "_session_model_overrides", {}) or {}).get(session_key)

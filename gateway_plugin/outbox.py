@@ -267,6 +267,11 @@ class Outbox:
                 (key, value),
             )
 
+    def get_meta(self, key: str) -> str | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
     def delete_meta(self, key: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM meta WHERE key = ?", (key,))

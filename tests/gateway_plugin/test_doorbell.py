@@ -5,6 +5,7 @@ plugin's link to it through a relay that can lose everything (a network partitio
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from canonical.errors import BusUnavailable
 from canonical.redis_bus import RedisBus
 from canonical.redis_timeouts import RedisTimeouts
+from gateway_plugin.outbox import Outbox
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 from tests.harness.partition import PartitionableRelay
 from tests.harness.processes import RedisServer
@@ -43,6 +45,10 @@ def unique(prefix: str) -> str:
 
 def _resyncs(events: list[Json]) -> int:
     return sum(1 for e in events if e.get("type") == "_control" and e.get("action") == "resync")
+
+
+def _has_text(events: list[Json], text: str) -> bool:
+    return text in _texts(events)
 
 
 def _texts(events: list[Json]) -> list[str]:
@@ -153,3 +159,43 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
         await edge_bus.close()
         await admin.mux.execute("ACL", "DELUSER", user)
         await admin.close()
+
+
+async def test_a_restart_after_a_stop_that_published_everything_leaves_devices_be(
+    redis_server: RedisServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The resync notice at start (which closes pheby devices) is for events a previous
+    process sequenced and never published: none after a stop that published them all,
+    one again once another process appended to the outbox while the plugin was down."""
+    plugin_environment(monkeypatch, TOKEN)
+    events: list[Json] = []
+    edge_bus = RedisBus(redis_server.url)
+    subscription = edge_bus.subscription(
+        unique("edge"),
+        lambda kind, _, payload: events.append(json.loads(payload)) if kind == "event" else None,
+        lambda: None,
+    )
+    tenant = unique(TENANT)
+    await subscription.start()
+    await subscription.add_tenant(tenant)
+    try:
+        for round_, expected in ((1, 1), (2, 1), (3, 2)):
+            plugin_bus = RedisBus(redis_server.url)
+            controller = new_controller(plugin_bus, tmp_path, tenant=tenant, token=TOKEN)
+            try:
+                await controller.start()
+                text = f"round {round_}"
+                controller.emit([{"type": "message", "text": text}])
+                await until(functools.partial(_has_text, events, text), text)
+                assert _resyncs(events) == expected, (round_, events)
+            finally:
+                await controller.stop()
+                await plugin_bus.close()
+            if round_ == 2:  # a CLI cron run delivers while the gateway is down
+                outbox = Outbox(tmp_path / "android" / "outbox.db")
+                outbox.append([{"type": "message", "text": "cron while down"}])
+                outbox.close()
+        assert "round 3" in _texts(events)
+    finally:
+        await subscription.close()
+        await edge_bus.close()
