@@ -15,12 +15,19 @@ from arq import ArqRedis
 from arq.connections import RedisSettings
 
 from canonical.redis_timeouts import RedisTimeouts, redis_py_options
+from canonical.sentinel import is_sentinel_url, parse_sentinel_url, primary_client
 
 __all__ = ["open_arq_pool", "with_connect_timeout"]
 
 
 def open_arq_pool(url: str, timeouts: RedisTimeouts) -> ArqRedis:
-    """An arq client on ``url`` (connects lazily, on its first command)."""
+    """An arq client on ``url`` (connects lazily, on its first command). For a
+    ``redis+sentinel://`` URL every new connection asks the sentinels for the primary, and
+    a demoted primary's READONLY drops the connection, so jobs follow a failover."""
+    if is_sentinel_url(url):
+        return cast(
+            ArqRedis, primary_client(parse_sentinel_url(url), timeouts, redis_class=ArqRedis)
+        )
     return cast(ArqRedis, ArqRedis.from_url(url, **redis_py_options(url, timeouts)))
 
 
