@@ -145,14 +145,33 @@ def primary_client(
     *,
     blocks_for_s: float = 0.0,
     redis_class: Any = None,
+    ride_out_s: float = 0.0,
 ) -> Any:
     """A redis-py client (``redis_class``, redis.asyncio.Redis by default) on the current
     primary: each new connection asks the sentinels, and a READONLY reply (a demoted
-    primary) drops the connection so the next one asks again."""
+    primary) drops the connection so the next one asks again. With ``ride_out_s`` a
+    command that meets a lost or refused connection is tried again, asking the sentinels
+    each time, for about that long: until they have promoted a replica."""
     options = redis_py_options("redis://", timeouts, blocks_for_s=blocks_for_s)
     options.update(db=target.db, username=target.username, password=target.password)
+    if ride_out_s > 0:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import ExponentialBackoff
+
+        options["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), retry_attempts(ride_out_s))
     kwargs: dict[str, Any] = {} if redis_class is None else {"redis_class": redis_class}
     return _manager(target, timeouts).master_for(target.service, **kwargs, **options)
+
+
+def retry_attempts(ride_out_s: float, cap_s: float = 1.0, base_s: float = 0.05) -> int:
+    """How many tries of an exponential backoff (``base_s`` doubling, at most ``cap_s``)
+    add up to at least ``ride_out_s`` of waiting. Pure."""
+    attempts, waited, delay = 0, 0.0, base_s
+    while waited < ride_out_s:
+        attempts += 1
+        delay = min(cap_s, base_s * 2**attempts)
+        waited += delay
+    return attempts
 
 
 async def close_primary_client(client: Any) -> None:
@@ -173,4 +192,5 @@ __all__ = [
     "is_sentinel_url",
     "parse_sentinel_url",
     "primary_client",
+    "retry_attempts",
 ]
