@@ -39,7 +39,7 @@ class SentinelTarget:
     def redacted(self) -> str:
         """The URL without credentials, for messages and logs."""
         hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.sentinels)
-        return f"{SCHEME}{hosts}/{self.service}/{self.db}"
+        return f"{SCHEME}{hosts}/{urllib.parse.quote(self.service, safe='')}/{self.db}"
 
 
 def is_sentinel_url(url: str) -> bool:
