@@ -157,8 +157,12 @@ def primary_client(
     if ride_out_s > 0:
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialBackoff
+        from redis.exceptions import ConnectionError as RedisConnectionError
 
         options["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), retry_attempts(ride_out_s))
+        # A lost or refused connection (a primary gone) is tried again, a silent one
+        # (a timeout) is not: that still fails after the command timeout.
+        options["retry_on_error"] = [RedisConnectionError]
     kwargs: dict[str, Any] = {} if redis_class is None else {"redis_class": redis_class}
     return _manager(target, timeouts).master_for(target.service, **kwargs, **options)
 
