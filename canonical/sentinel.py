@@ -46,6 +46,16 @@ def is_sentinel_url(url: str) -> bool:
     return url.startswith(SCHEME)
 
 
+def bus_url_for_display(url: str) -> str:
+    """A bus URL without its credentials: for messages and logs."""
+    if is_sentinel_url(url):
+        try:
+            return parse_sentinel_url(url).redacted()
+        except ValueError:
+            return SCHEME + "…"
+    return url.split("@")[-1]
+
+
 def _host_port(part: str) -> tuple[str, int]:
     if part.startswith("["):
         host, sep, rest = part[1:].partition("]")
@@ -191,6 +201,7 @@ __all__ = [
     "DEFAULT_SENTINEL_PORT",
     "SCHEME",
     "SentinelTarget",
+    "bus_url_for_display",
     "close_primary_client",
     "discover_primary",
     "is_sentinel_url",

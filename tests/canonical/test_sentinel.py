@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from canonical.sentinel import (
     DEFAULT_SENTINEL_PORT,
     SentinelTarget,
+    bus_url_for_display,
     is_sentinel_url,
     parse_sentinel_url,
     retry_attempts,
@@ -110,3 +111,10 @@ def test_the_retries_wait_at_least_the_ride_out(ride_out_s: float) -> None:
     waited = sum(min(1.0, 0.05 * 2**i) for i in range(1, attempts + 1))
     assert waited >= ride_out_s
     assert attempts == 0 or waited - min(1.0, 0.05 * 2**attempts) < ride_out_s
+
+
+def test_a_bus_url_shown_in_a_message_carries_no_password() -> None:
+    shown = bus_url_for_display("redis+sentinel://:pw@h1,h2:26380/hdg/1?sentinel_password=spw")
+    assert shown == "redis+sentinel://h1:26379,h2:26380/hdg/1"
+    assert bus_url_for_display("redis://:pw@h:6379/0") == "h:6379/0"
+    assert "pw" not in bus_url_for_display("redis+sentinel://:pw@h1/")

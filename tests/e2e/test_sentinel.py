@@ -17,6 +17,8 @@ import pytest
 import redis
 
 from canonical.client import DeviceClient
+from canonical.redis_timeouts import RedisTimeouts
+from canonical.sentinel import close_primary_client
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import frames_of_run, iris_send
 from tests.harness.hermes_home import HermesHome
@@ -30,6 +32,7 @@ from tests.harness.processes import (
 )
 from tests.workers.fake_services import FakeNtfy, running_ntfy
 from workers.jobs import PUSH_QUEUE
+from workers.redis_pool import open_arq_pool
 
 Json = dict[str, Any]
 TOPIC = "hdg-sentinel-topic"
@@ -224,3 +227,22 @@ async def test_a_primary_killed_mid_stream_is_followed_by_plugin_edges_and_worke
     finally:
         await deployment.close_clients()
         worker.stop(timeout=5)
+
+
+async def test_an_arq_pool_on_the_sentinel_url_rides_out_a_failover(
+    sentinels: SentinelGroup,
+) -> None:
+    pool = open_arq_pool(sentinels.url(), RedisTimeouts(connect_s=1, command_s=2))
+    try:
+        await pool.set("before", "1")  # a pooled connection to the primary, now idle
+        old_primary = sentinels.current_primary()
+        sentinels.primary.kill9()
+        started = time.monotonic()
+        # Without the ride-out, arq's next poll meets the dead connection and the
+        # worker stops; here the command waits for the promoted replica.
+        await pool.set("after", "1")
+        assert await pool.get("after") == b"1"
+        assert sentinels.current_primary() not in (None, old_primary)
+        print(f"\narq pool: command answered {time.monotonic() - started:.2f}s after kill -9")
+    finally:
+        await close_primary_client(pool)
