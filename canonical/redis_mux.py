@@ -188,7 +188,7 @@ class Endpoint:
         if is_sentinel_url(url):
             self.sentinel = target = parse_sentinel_url(url)
             self.path: str | None = None
-            self.host, self.port = target.sentinels[0]  # until the first connect resolves
+            self.host, self.port = target.sentinels[0]  # each connect asks where the primary is
             self.db = target.db
             self.username: str | None = target.username
             self.password: str | None = target.password
@@ -208,18 +208,19 @@ class Endpoint:
     async def connect(self, factory: Callable[[], P]) -> P:
         """An open connection speaking ``factory``'s protocol; raises BusUnavailable."""
         loop = asyncio.get_running_loop()
-        if self.sentinel is not None:
-            self.host, self.port = await discover_primary(self.sentinel, self.timeouts)
+        host, port = self.host, self.port
+        if self.sentinel is not None:  # asked at every connect: a failover moves it
+            host, port = await discover_primary(self.sentinel, self.timeouts)
         try:
             if self.path:
                 opening = loop.create_unix_connection(factory, self.path)
             else:
                 opening = loop.create_connection(
                     factory,
-                    self.host,
-                    self.port,
+                    host,
+                    port,
                     ssl=self.ssl,
-                    server_hostname=self.host if self.ssl is not None else None,
+                    server_hostname=host if self.ssl is not None else None,
                 )
             _, protocol = await asyncio.wait_for(opening, self.timeout)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
