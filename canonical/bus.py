@@ -266,7 +266,7 @@ def open_bus(url: str, timeouts: RedisTimeouts | None = None) -> Bus:
         if bus is None:
             bus = _MEMORY_BUSES[url] = MemoryBus()
         return bus
-    if url.startswith(("redis://", "rediss://", "unix://")):
+    if url.startswith(("redis://", "rediss://", "unix://", "redis+sentinel://")):
         from .redis_bus import RedisBus
 
         return RedisBus(url, timeouts)

@@ -51,6 +51,7 @@ from .presence_batch import PresenceWriter
 from .redis_mux import Command, Endpoint, RedisMux
 from .redis_pubsub import SubscriberWire, hold, open_subscriber
 from .redis_timeouts import RedisTimeouts, redis_py_options
+from .sentinel import close_primary_client, is_sentinel_url, parse_sentinel_url, primary_client
 from .tenant_cache import TenantCache
 
 log = logging.getLogger("hdg.bus")
@@ -192,13 +193,9 @@ class RedisBus(Bus):
         self.url = url
         self.timeouts = timeouts = timeouts or RedisTimeouts()
         # Consumer groups and reclaims (XGROUP, XAUTOCLAIM): they answer at once.
-        self.client: Any = aioredis.from_url(  # type: ignore[no-untyped-call]
-            url, **redis_py_options(url, timeouts)
-        )
+        self.client: Any = _redis_py(url, timeouts)
         # XREADGROUP BLOCK alone: its reads may wait out the longest block allowed.
-        self.blocking: Any = aioredis.from_url(  # type: ignore[no-untyped-call]
-            url, **redis_py_options(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
-        )
+        self.blocking: Any = _redis_py(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
         # Every other command: one connection, pipelined across concurrent callers.
         self.mux = RedisMux(url, timeouts)
         # Presence writes and the iris hellos that travel with them: a few ms per batch.
@@ -441,8 +438,20 @@ class RedisBus(Bus):
         with contextlib.suppress(BusUnavailable):
             await self.presence_writer.close()
         await self.mux.close()
-        await self.client.aclose()
-        await self.blocking.aclose()
+        for client in (self.client, self.blocking):
+            if is_sentinel_url(self.url):
+                await close_primary_client(client)
+            else:
+                await client.aclose()
+
+
+def _redis_py(url: str, timeouts: RedisTimeouts, *, blocks_for_s: float = 0.0) -> Any:
+    """A redis-py client on the primary (through the sentinels for a sentinel URL)."""
+    if is_sentinel_url(url):
+        return primary_client(parse_sentinel_url(url), timeouts, blocks_for_s=blocks_for_s)
+    return aioredis.from_url(  # type: ignore[no-untyped-call]
+        url, **redis_py_options(url, timeouts, blocks_for_s=blocks_for_s)
+    )
 
 
 def _publish_done(on_lost: Callable[[], None] | None, sent: asyncio.Future[Any]) -> None:

@@ -30,10 +30,13 @@ from redis.exceptions import ResponseError
 
 from .errors import BusUnavailable
 from .redis_timeouts import RedisTimeouts, keepalive_options
+from .sentinel import SentinelTarget, discover_primary, is_sentinel_url, parse_sentinel_url
 
 Command = Sequence[str | bytes | int | float]
 # One RESP command from its parts (hiredis' type hints say a 1-tuple; it takes any number).
 pack_command: Any = hiredis.pack_command
+# The error a replica answers a write with: the connection is to a demoted primary.
+DEMOTED = "READONLY"
 
 
 class _Wire(asyncio.Protocol):
@@ -123,6 +126,11 @@ class _Wire(asyncio.Protocol):
             if future.done():  # the caller was cancelled
                 continue
             if isinstance(reply, ResponseError):
+                if str(reply).startswith(DEMOTED):
+                    # A primary demoted to a replica (a failover): the command did not
+                    # run. Reconnect, through the sentinels, to whichever is primary now.
+                    self.waiting.appendleft(future)
+                    return self._abort(f"redis is no longer the primary ({reply})")
                 future.set_exception(reply)
                 future.exception()  # the caller gets it; not logged if it stopped waiting
             else:
@@ -171,33 +179,48 @@ P = TypeVar("P", bound=asyncio.Protocol)
 
 class Endpoint:
     """Where and how to connect, from a redis:// rediss:// or unix:// URL (host, port,
-    socket path, TLS, username/password, db)."""
+    socket path, TLS, username/password, db), or a redis+sentinel:// one: then each
+    connect first asks the sentinels where the primary is now."""
 
     def __init__(self, url: str, timeouts: RedisTimeouts | None = None) -> None:
         self.timeouts = timeouts or RedisTimeouts()
+        self.sentinel: SentinelTarget | None = None
+        if is_sentinel_url(url):
+            self.sentinel = target = parse_sentinel_url(url)
+            self.path: str | None = None
+            self.host, self.port = target.sentinels[0]  # each connect asks where the primary is
+            self.db = target.db
+            self.username: str | None = target.username
+            self.password: str | None = target.password
+            self.timeout = self.timeouts.connect_s
+            self.ssl = None
+            return
         options: dict[str, Any] = dict(parse_url(url))
-        self.path: str | None = options.get("path")
+        self.path = options.get("path")
         self.host = str(options.get("host") or "localhost")
         self.port = int(options.get("port") or 6379)
         self.db = int(options.get("db") or 0)
-        self.username: str | None = options.get("username")
-        self.password: str | None = options.get("password")
+        self.username = options.get("username")
+        self.password = options.get("password")
         self.timeout = float(options.get("socket_connect_timeout") or self.timeouts.connect_s)
         self.ssl = _ssl_context(options) if url.startswith("rediss://") else None
 
     async def connect(self, factory: Callable[[], P]) -> P:
         """An open connection speaking ``factory``'s protocol; raises BusUnavailable."""
         loop = asyncio.get_running_loop()
+        host, port = self.host, self.port
+        if self.sentinel is not None:  # asked at every connect: a failover moves it
+            host, port = await discover_primary(self.sentinel, self.timeouts)
         try:
             if self.path:
                 opening = loop.create_unix_connection(factory, self.path)
             else:
                 opening = loop.create_connection(
                     factory,
-                    self.host,
-                    self.port,
+                    host,
+                    port,
                     ssl=self.ssl,
-                    server_hostname=self.host if self.ssl is not None else None,
+                    server_hostname=host if self.ssl is not None else None,
                 )
             _, protocol = await asyncio.wait_for(opening, self.timeout)
         except (OSError, TimeoutError, ssl.SSLError) as exc:
@@ -305,13 +328,23 @@ class RedisMux:
         setup = endpoint.auth()
         if endpoint.db:
             setup.append(("SELECT", endpoint.db))
+        if endpoint.sentinel is not None:
+            # The sentinels' answer may be a moment old: make sure this is the primary.
+            setup.append(("ROLE",))
+        reply: Any = None
         for future in wire.send(setup):
             try:
-                await future
+                reply = await future
             except ResponseError as exc:  # a wrong password or db: as unreachable as down
                 if wire.transport is not None:
                     wire.transport.close()
                 raise BusUnavailable(f"redis refused the connection set-up: {exc}") from exc
+        if endpoint.sentinel is not None and not (
+            isinstance(reply, list) and reply[:1] == [b"master"]
+        ):
+            if wire.transport is not None:
+                wire.transport.close()
+            raise BusUnavailable("the address the sentinels gave is not the primary (yet)")
         return wire
 
 
@@ -326,4 +359,12 @@ def _ssl_context(options: dict[str, Any]) -> ssl.SSLContext:
     ).get()
 
 
-__all__ = ["Command", "Endpoint", "RedisMux", "keepalive", "pack_command", "watchdog_verdict"]
+__all__ = [
+    "DEMOTED",
+    "Command",
+    "Endpoint",
+    "RedisMux",
+    "keepalive",
+    "pack_command",
+    "watchdog_verdict",
+]

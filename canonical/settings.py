@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from .errors import SettingsError
 from .redis_timeouts import RedisTimeouts
+from .sentinel import is_sentinel_url, parse_sentinel_url
 
 MIB = 1024 * 1024
 
@@ -292,10 +293,16 @@ class GatewaySettings(BaseSettings):
     @field_validator("bus_url")
     @classmethod
     def _known_bus(cls, value: str) -> str:
+        if is_sentinel_url(value):
+            parse_sentinel_url(value)  # its ValueError says what is wrong
+            return value
         if not (
             value.startswith("memory://") or value.startswith(("redis://", "rediss://", "unix://"))
         ):
-            raise ValueError("must be memory:// (embedded) or redis://host:port/db (scaled)")
+            raise ValueError(
+                "must be memory:// (embedded), redis://host:port/db or "
+                "redis+sentinel://host1:26379,host2:26379/<service>/<db> (scaled)"
+            )
         return value
 
     @field_validator("ws_key")

@@ -18,6 +18,7 @@ from typing import Any
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
 from canonical.protocol import new_id, now_iso
+from canonical.sentinel import bus_url_for_display
 from canonical.settings import GatewaySettings, require_token
 
 from . import hermes_bridge as hb
@@ -91,7 +92,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         except BusUnavailable as exc:
             self._set_fatal_error(
                 "bus_unavailable",
-                f"cannot reach {settings.bus_url.split('@')[-1]}: {exc}",
+                f"cannot reach {bus_url_for_display(settings.bus_url)}: {exc}",
                 retryable=True,
             )
             return False

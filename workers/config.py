@@ -19,6 +19,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from canonical.redis_timeouts import RedisTimeouts
+from canonical.sentinel import is_sentinel_url, parse_sentinel_url
 from canonical.settings import NamedEnvironment
 
 from .errors import ConfigError
@@ -310,8 +311,14 @@ class WorkerConfig(BaseSettings):
     @field_validator("bus_url")
     @classmethod
     def _known_bus(cls, value: str) -> str:
+        if is_sentinel_url(value):
+            parse_sentinel_url(value)  # its ValueError says what is wrong
+            return value
         if not value.startswith(("redis://", "rediss://", "unix://", "memory://")):
-            raise ValueError("must be redis://host:port/db (or memory:// for embedded mode)")
+            raise ValueError(
+                "must be redis://host:port/db, redis+sentinel://host1:26379,host2:26379/"
+                "<service>/<db> (or memory:// for embedded mode)"
+            )
         return value
 
     @field_validator("fcm_server_key")

@@ -44,6 +44,8 @@ from typing import Any
 from arq import Worker, cron, func
 from arq.connections import RedisSettings
 
+from canonical.sentinel import is_sentinel_url, parse_sentinel_url
+
 from .cancel import cancel_and_wait, insist_on_cancel
 from .config import WorkerConfig, load_config
 from .context import RESOURCES_KEY, build_resources, resources
@@ -76,7 +78,18 @@ def redis_settings(config: WorkerConfig) -> RedisSettings:
             "deployments run jobs in-process with workers.inprocess.InProcessRunner",
         )
     try:
-        settings = RedisSettings.from_dsn(config.bus_url)
+        if is_sentinel_url(config.bus_url):
+            target = parse_sentinel_url(config.bus_url)
+            settings = RedisSettings(
+                host=list(target.sentinels),
+                sentinel=True,
+                sentinel_master=target.service,
+                database=target.db,
+                username=target.username,
+                password=target.password,
+            )
+        else:
+            settings = RedisSettings.from_dsn(config.bus_url)
     except (ValueError, TypeError) as exc:
         raise ConfigError("ANDROID_BUS_URL", f"is not a valid Redis URL: {exc}") from None
     return with_connect_timeout(settings, config.redis_timeouts())

@@ -289,3 +289,24 @@ def test_an_idle_connection_is_probed_after_the_health_check_interval() -> None:
     timeouts = RedisTimeouts(command_s=5.0, health_check_s=15.0)
     assert watchdog_verdict(False, 4.0, timeouts) == ("fine", 11.0)
     assert watchdog_verdict(False, 15.0, timeouts) == ("probe", 5.0)
+
+
+async def test_a_readonly_reply_drops_the_connection_so_the_next_command_reconnects(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    # A replica answers writes with READONLY, as a primary demoted by a failover does.
+    replica = RedisServer(
+        workdir=tmp_path / "replica",
+        extra_args=["--replicaof", redis_server.host, str(redis_server.port)],
+    ).start()
+    mux = RedisMux(replica.url)
+    try:
+        assert await mux.execute("PING") == b"PONG"
+        first = mux._wire
+        with pytest.raises(BusUnavailable, match="no longer the primary"):
+            await mux.execute("SET", unique("k"), "v")
+        assert await mux.execute("PING") == b"PONG"
+        assert mux._wire is not first
+    finally:
+        await mux.close()
+        replica.cleanup()

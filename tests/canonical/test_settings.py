@@ -86,7 +86,16 @@ def test_a_redis_bus_url_is_not_embedded(clean_env: pytest.MonkeyPatch) -> None:
     assert settings.bus_url == "redis://127.0.0.1:6379/0"
 
 
-@pytest.mark.parametrize("url", ["memory://", "memory://named", "rediss://h:1/0", "unix:///r.sock"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://",
+        "memory://named",
+        "rediss://h:1/0",
+        "unix:///r.sock",
+        "redis+sentinel://s1:26379,s2:26379/hdg/0",
+    ],
+)
 def test_every_supported_bus_scheme_is_accepted(url: str) -> None:
     assert load_settings({"bus_url": url}).bus_url == url
 
@@ -142,6 +151,13 @@ def test_a_wrong_environment_setting_raises_settings_error_naming_the_variable(
     assert caught.value.setting == env
     assert str(caught.value).startswith(f"{env}: ")
     assert caught.value.problem
+
+
+def test_a_malformed_sentinel_url_is_refused_saying_why() -> None:
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"bus_url": "redis+sentinel://s1:26379"})
+    assert caught.value.setting == "ANDROID_BUS_URL"
+    assert "service name" in caught.value.problem
 
 
 def test_a_wrong_bus_url_from_extra_is_reported_under_its_environment_name() -> None:

@@ -23,7 +23,13 @@ from tests.harness.proc import (
     scrubbed_environ,
     stop_all,
 )
-from tests.harness.services import EdgeProcess, RedisServer, ScriptedModel
+from tests.harness.services import (
+    EdgeProcess,
+    RedisSentinel,
+    RedisServer,
+    ScriptedModel,
+    SentinelGroup,
+)
 
 __all__ = [
     "LOOPBACK",
@@ -37,7 +43,9 @@ __all__ = [
     "HomeLike",
     "ManagedProcess",
     "ProcessFailed",
+    "RedisSentinel",
     "RedisServer",
+    "SentinelGroup",
     "ScriptedModel",
     "free_port",
     "http_get",

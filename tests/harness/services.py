@@ -42,6 +42,7 @@ class RedisServer:
         workdir: Path | None = None,
         redis_bin: str | None = None,
         host: str = LOOPBACK,
+        extra_args: Sequence[str] = (),
     ) -> None:
         binary = redis_bin or shutil.which("redis-server")
         if not binary:
@@ -66,6 +67,7 @@ class RedisServer:
             "no",
             "--loglevel",
             "notice",
+            *extra_args,
         ]
         self.process = ManagedProcess(
             f"redis:{self.port}", argv, log_path=self.workdir / "redis.log", env=dict(os.environ)
@@ -135,6 +137,170 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.cleanup()
+
+
+class RedisSentinel:
+    """A private ``redis-sentinel`` on a loopback port monitoring one primary as
+    ``service``; its config file (which Sentinel rewrites) lives in its own temp dir."""
+
+    def __init__(
+        self,
+        primary: tuple[str, int],
+        *,
+        service: str = "hdg",
+        quorum: int = 2,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+        workdir: Path | None = None,
+        host: str = LOOPBACK,
+    ) -> None:
+        binary = shutil.which("redis-sentinel")
+        if not binary:
+            raise FileNotFoundError("redis-sentinel not found on PATH")
+        self.host = host
+        self.port = free_port(host)
+        self.service = service
+        self._own_workdir = workdir is None
+        self.workdir = make_workdir("hdg-sentinel-", workdir)
+        config = self.workdir / "sentinel.conf"
+        config.write_text(
+            f"port {self.port}\n"
+            f"bind {host}\n"
+            f"dir {self.workdir}\n"
+            "daemonize no\n"
+            f"sentinel monitor {service} {primary[0]} {primary[1]} {quorum}\n"
+            f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+            f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
+            f"sentinel parallel-syncs {service} 1\n"
+        )
+        self.process = ManagedProcess(
+            f"sentinel:{self.port}",
+            [binary, str(config)],
+            log_path=self.workdir / "sentinel.log",
+            env=dict(os.environ),
+        )
+
+    def _ask(self, command: bytes, timeout: float = 0.5) -> bytes:
+        with socket.create_connection((self.host, self.port), timeout=timeout) as sock:
+            sock.sendall(command)
+            return sock.recv(4096)
+
+    def ping(self) -> bool:
+        try:
+            return self._ask(b"PING\r\n").startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def primary(self) -> tuple[str, int] | None:
+        """The primary this sentinel names now (raw RESP, no client library)."""
+        try:
+            reply = self._ask(f"SENTINEL get-master-addr-by-name {self.service}\r\n".encode())
+        except OSError:
+            return None
+        parts = reply.split(b"\r\n")
+        if not reply.startswith(b"*2") or len(parts) < 5:
+            return None
+        return parts[2].decode(), int(parts[4])
+
+    def start(self, timeout: float = 10.0) -> RedisSentinel:
+        self.process.start()
+        self.process.wait_until(self.ping, timeout, interval=0.02, what="answering PING")
+        return self
+
+    def stop(self, timeout: float = 5.0) -> int | None:
+        return self.process.stop(timeout=timeout, first_signal=signal.SIGTERM)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class SentinelGroup:
+    """One primary, its replicas and three sentinels on loopback, with the
+    ``redis+sentinel://`` URL that names them. Short failure detection by default."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        replicas: int = 1,
+        sentinels: int = 3,
+        service: str = "hdg",
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+    ) -> None:
+        self.service = service
+        self.primary = RedisServer(workdir=workdir / "redis-0")
+        address = (self.primary.host, self.primary.port)
+        self.replicas = [
+            RedisServer(
+                workdir=workdir / f"redis-{i + 1}",
+                extra_args=["--replicaof", address[0], str(address[1])],
+            )
+            for i in range(replicas)
+        ]
+        self.sentinels = [
+            RedisSentinel(
+                address,
+                service=service,
+                quorum=max(1, sentinels // 2 + 1),
+                down_after_ms=down_after_ms,
+                failover_timeout_ms=failover_timeout_ms,
+                workdir=workdir / f"sentinel-{i}",
+            )
+            for i in range(sentinels)
+        ]
+
+    @property
+    def servers(self) -> list[RedisServer]:
+        return [self.primary, *self.replicas]
+
+    def url(self, db: int = 0) -> str:
+        hosts = ",".join(f"{s.host}:{s.port}" for s in self.sentinels)
+        return f"redis+sentinel://{hosts}/{self.service}/{db}"
+
+    def current_primary(self) -> tuple[str, int] | None:
+        """The address a majority of the sentinels name, if they agree."""
+        named = [s.primary() for s in self.sentinels]
+        for address in named:
+            if address is not None and named.count(address) * 2 > len(named):
+                return address
+        return None
+
+    def server_at(self, address: tuple[str, int]) -> RedisServer:
+        return next(s for s in self.servers if (s.host, s.port) == address)
+
+    def start(self, timeout: float = 20.0) -> SentinelGroup:
+        for server in self.servers:
+            server.start()
+        for sentinel in self.sentinels:
+            sentinel.start()
+        # Ready once every sentinel has found the replicas and its peers.
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self._sees_everyone(s) for s in self.sentinels):
+                return self
+            time.sleep(0.1)
+        raise ProcessFailed("the sentinels did not discover the replicas and each other")
+
+    def _sees_everyone(self, sentinel: RedisSentinel) -> bool:
+        try:
+            reply = sentinel._ask(f"SENTINEL master {self.service}\r\n".encode(), 1.0)
+        except OSError:
+            return False
+        fields = reply.split(b"\r\n")
+        values = {fields[i].decode(): fields[i + 2] for i in range(2, len(fields) - 2, 4)}
+        return (
+            values.get("num-slaves") == str(len(self.replicas)).encode()
+            and values.get("num-other-sentinels") == str(len(self.sentinels) - 1).encode()
+        )
+
+    def cleanup(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.cleanup()
+        for server in self.servers:
+            server.cleanup()
 
 
 # --------------------------------------------------------------------------- scripted model

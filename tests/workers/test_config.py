@@ -138,3 +138,25 @@ def test_redis_timeouts_use_the_gateways_names_and_defaults(
     assert load_config().redis_timeouts() == RedisTimeouts(
         connect_s=1.0, command_s=2.5, health_check_s=30.0
     )
+
+
+def test_a_sentinel_bus_url_gives_arq_sentinel_settings_and_a_sentinel_pool() -> None:
+    from redis.asyncio.sentinel import SentinelConnectionPool
+
+    from workers.redis_pool import open_arq_pool
+    from workers.settings import redis_settings
+
+    url = "redis+sentinel://:pw@10.0.0.1:26379,10.0.0.2:26380/hdg/3"
+    config = load_config(bus_url=url)
+    settings = redis_settings(config)
+    assert settings.sentinel and settings.sentinel_master == "hdg"
+    assert settings.host == [("10.0.0.1", 26379), ("10.0.0.2", 26380)]
+    assert (settings.database, settings.password) == (3, "pw")
+    pool = open_arq_pool(url, config.redis_timeouts())
+    assert isinstance(pool.connection_pool, SentinelConnectionPool)
+    assert pool.connection_pool.service_name == "hdg"
+
+
+def test_a_malformed_sentinel_bus_url_fails_naming_the_setting() -> None:
+    with pytest.raises(ConfigError, match="^ANDROID_BUS_URL: .*service name"):
+        load_config(bus_url="redis+sentinel://10.0.0.1:26379")
