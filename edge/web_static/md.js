@@ -11,12 +11,14 @@ export function safeHref(url) {
 }
 
 // Inline: code spans first (their content is literal), then links, bold, italic.
-const INLINE = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]\n]{1,500})\]\(([^()\s]{1,2000})\)|\*\*([^*\n][\s\S]*?)\*\*|(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])|(?<![\w_])_([^_\s][^_\n]*?)_(?![\w_])/g;
+const INLINE_SOURCE = /(`+)([\s\S]*?[^`])\1(?!`)|\[([^\]\n]{1,500})\]\(([^()\s]{1,2000})\)|\*\*([^*\n][\s\S]*?)\*\*|(?<![\w*])\*([^*\s][^*\n]*?)\*(?![\w*])|(?<![\w_])_([^_\s][^_\n]*?)_(?![\w_])/;
 
 function inline(parent, text) {
   let last = 0;
-  INLINE.lastIndex = 0;
-  for (let m = INLINE.exec(text); m; m = INLINE.exec(text)) {
+  // Its own regex per call: the nested calls for bold/link text must not move this
+  // loop's position.
+  const re = new RegExp(INLINE_SOURCE.source, 'g');
+  for (let m = re.exec(text); m; m = re.exec(text)) {
     if (m.index > last) appendText(parent, text.slice(last, m.index));
     if (m[1]) {
       const code = document.createElement('code');
@@ -44,7 +46,7 @@ function inline(parent, text) {
       inline(i, m[6] !== undefined ? m[6] : m[7]);
       parent.append(i);
     }
-    last = INLINE.lastIndex;
+    last = re.lastIndex;
   }
   if (last < text.length) appendText(parent, text.slice(last));
 }
