@@ -265,7 +265,7 @@ def scenario_for(text: str) -> str:
 # Model text that would run script or navigate if a client rendered it as HTML: a web
 # client must show it as text (and its markdown link must not become a javascript: URL).
 HOSTILE_TEXT = (
-    "Hostile **bold** <img src=x onerror=\"window.__hdgPwned=1\">"
+    'Hostile **bold** <img src=x onerror="window.__hdgPwned=1">'
     " <script>window.__hdgPwned=2</script>"
     " [click me](javascript:window.__hdgPwned=3) and [safe](https://example.org/docs)"
     " `<b>code</b>`"

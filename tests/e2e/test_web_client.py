@@ -16,7 +16,6 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,14 +109,14 @@ def embedded_stack(
         gateway.stop()
 
 
-async def paired_page(browser: Browser, stack: Stack, **options: Any) -> tuple[BrowserContext, Page]:
+async def paired_page(
+    browser: Browser, stack: Stack, **options: Any
+) -> tuple[BrowserContext, Page]:
     context = await browser.new_context(**options)
     page = await context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on(
-        "console", lambda msg: errors.append(msg.text) if msg.type == "error" else None
-    )
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     await page.goto(stack.link)
     await expect(page.locator("#conn")).to_have_attribute("data-state", "online", timeout=20000)
     page.errors = errors  # type: ignore[attr-defined]
@@ -475,4 +474,3 @@ async def test_the_tab_reconnects_to_another_edge_and_catches_up(
         await balancer.close()
         if not scaled_stack.edges[0].running:
             scaled_stack.edges[0].start()
-
