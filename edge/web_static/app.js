@@ -75,6 +75,13 @@ function messageIdOf(frame) {
   return null;
 }
 
+// Search hits name a transcript row by its number, history by `m<number>`: both are
+// the same message.
+function transcriptIdOf(id) {
+  const text = String(id);
+  return /^\d+$/.test(text) ? `m${text}` : text;
+}
+
 const laneKey = (chatId, threadId) => `${chatId}|${threadId ?? ''}`;
 
 // -- state
@@ -434,7 +441,7 @@ function upsertMessage(l, id, role, kind, text, ts) {
   const label = kind === 'notice' ? ROLE_LABEL.notice : kind === 'cron' ? ROLE_LABEL.cron : ROLE_LABEL[role] || role;
   if (!node) {
     node = el('article', { class: `msg ${role} ${kind}`, 'data-mid': id || '', tabindex: -1, 'aria-label': `${label} said` },
-      el('h3', { class: 'who', text: label }),
+      el('h2', { class: 'who', text: label }),
       el('div', { class: 'body' }),
       el('div', { class: 'attachments' }));
     if (ts) node.append(el('time', { dateTime: ts, text: formatTime(ts) }));
@@ -498,7 +505,7 @@ function showPicker(f, kind) {
   const l = lane(f.chat_id, f.thread_id);
   const titleId = `pk-${f.picker_id}-t`;
   const card = el('section', { class: 'picker', 'data-picker': f.picker_id, 'data-kind': kind, 'aria-labelledby': titleId },
-    el('h3', { id: titleId, text: f.title || PICKER_TITLES[kind] }));
+    el('h2', { id: titleId, text: f.title || PICKER_TITLES[kind] }));
   const actions = el('div', { class: 'picker-actions' });
   const answer = (value) => answerPicker(f.picker_id, value, card);
   if (kind === 'approval') {
@@ -884,10 +891,11 @@ async function jumpTo(hit) {
   closeNarrowNav();
   await openLane(hit.chat_id, hit.thread_id ?? null);
   const l = lane(hit.chat_id, hit.thread_id ?? null);
-  let node = l.items.get(String(hit.message_id));
+  const id = transcriptIdOf(hit.message_id);
+  let node = l.items.get(id);
   if (!node) {
     await loadHistory(l, 500); // older than the first page
-    node = l.items.get(String(hit.message_id));
+    node = l.items.get(id);
   }
   if (!node) { showError('That message is no longer in the history.'); return; }
   for (const old of document.querySelectorAll('.msg.jumped')) old.classList.remove('jumped');
