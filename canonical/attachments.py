@@ -122,6 +122,17 @@ def attachment_path(root: Path, tenant: str, attachment_id: str) -> Path:
     return tenant_dir(root, tenant) / attachment_id
 
 
+# The media worker's WebP thumbnail of an image, beside the file (workers/media/image.py,
+# gateway_plugin/media_jobs.derived_dir).
+THUMBNAIL_NAME = "thumb.webp"
+
+
+def thumbnail_path(root: Path, tenant: str, attachment_id: str) -> Path:
+    if not valid_id(attachment_id):
+        raise ValueError("not an attachment id")
+    return tenant_dir(root, tenant) / "derived" / attachment_id / THUMBNAIL_NAME
+
+
 def incoming_dir(root: Path, tenant: str) -> Path:
     return tenant_dir(root, tenant) / "incoming"
 

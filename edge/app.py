@@ -1,4 +1,5 @@
-"""The edge's ASGI app: `/ws` for both dialects, `/healthz`, `/readyz`, on one port."""
+"""The edge's ASGI app: `/ws` for both dialects, `/healthz`, `/readyz`, the web client
+(`/app/`), on one port."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from starlette.websockets import WebSocket
 from canonical.bus import Bus
 from canonical.protocol import new_id
 
-from . import metrics, worker_metrics
+from . import metrics, web, worker_metrics
 from .attachments import AttachmentStore
 from .attachments import routes as attachment_routes
 from .errors import CLOSE_UNAVAILABLE
@@ -90,7 +91,12 @@ class EdgeApp:
         state = self._edge
         ws = WebSocket(scope, receive, send)
         origin = _header(scope, b"origin")
-        if origin and state.allowed_origins and origin not in state.allowed_origins:
+        if (
+            origin
+            and state.allowed_origins
+            and origin not in state.allowed_origins
+            and not same_origin(origin, _header(scope, b"host"))
+        ):
             await ws.close(code=1008)
             return
         # Until its hello succeeds a socket holds one of its address's places (edge.guard).
@@ -121,6 +127,28 @@ class EdgeApp:
         finally:
             ticket.release()
             state.sessions.discard(session)
+
+
+def same_origin(origin: str, host: str | None) -> bool:
+    """The page was served by this very host (the web client on `/app/`). A browser
+    always sends the host it dialled, and a page of another site cannot forge it, so
+    comparing the Origin's authority with Host is enough; the scheme is left out because
+    a TLS-terminating proxy shows the edge `ws` for an `https` page."""
+    if not host:
+        return False
+    scheme, sep, authority = origin.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        return False
+    default = "443" if scheme == "https" else "80"
+    return _authority(authority, default) == _authority(host, default)
+
+
+def _authority(value: str, default_port: str) -> str:
+    value = value.strip().lower()
+    host, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and not host.endswith(":"):  # "[::1]:8080" or "a:80"
+        return value if port != default_port else host
+    return value
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -168,6 +196,7 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
             Route("/readyz", readyz),
             Route("/metrics", metrics.endpoint(state, workers)),
             *attachment_routes(state.attachments),
+            *web.routes(),
         ],
         lifespan=lifespan,
     )

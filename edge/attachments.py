@@ -366,8 +366,35 @@ def routes(store: AttachmentStore) -> list[Route]:
             },
         )
 
+    async def thumbnail(request: Request) -> Response:
+        """The media worker's thumbnail of an uploaded image (announced by `media.ready`
+        with `thumbnail` in its variants): what a client shows inline instead of the
+        full file."""
+        attachment_id = str(request.path_params.get("attachment_id"))
+        try:
+            tenant = await authenticate(request, bus)
+            found = await store.resolve(tenant, attachment_id)
+        except Refused as refused:
+            return _refusal(refused)
+        if found is None:
+            return not_found()
+        path = spec.thumbnail_path(store.require_root(), tenant, attachment_id)
+        if not await asyncio.to_thread(path.is_file):
+            return not_found()
+        return FileResponse(
+            path,
+            media_type="image/webp",
+            content_disposition_type="inline",
+            headers={
+                "X-Content-Type-Options": "nosniff",
+                "Cache-Control": "private, max-age=3600",
+                "Content-Security-Policy": "default-src 'none'; sandbox",
+            },
+        )
+
     return [
         Route("/attachments", upload, methods=["POST"]),
+        Route("/attachments/{attachment_id}/thumbnail", thumbnail, methods=["GET", "HEAD"]),
         Route("/attachments/{attachment_id:path}", download, methods=["GET", "HEAD"]),
     ]
 

@@ -294,6 +294,7 @@ def show_pairing(outcome: SetupOutcome, print_fn: PrintFn = print, *, qr: bool =
         print_fn(pairing_qr_text(uri))
     print_fn(f"Pairing URI: {uri}")
     print_fn(f"App URL:     {outcome.pairing.ws_url()}")
+    print_fn(f"Web client:  {outcome.pairing.web_url()}")
 
 
 def _overridden(home: Path) -> list[str]:

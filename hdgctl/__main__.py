@@ -73,6 +73,7 @@ def cmd_pair(args: argparse.Namespace) -> int:
         qr.terminal(compact=True)
     print(f"pairing URI: {uri}")
     print(f"WebSocket:   {pairing.ws_url()}")
+    print(f"Web client:  {pairing.web_url()}")
     return 0
 
 

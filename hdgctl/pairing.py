@@ -32,6 +32,13 @@ class Pairing:
         )
         return f"{SCHEME}://pair?{query}"
 
+    def web_url(self) -> str:
+        """The web client's link: the token rides in the fragment, which a browser never
+        sends to a server, so it reaches no access log."""
+        scheme = "https" if self.tls else "http"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{scheme}://{host}:{self.port}/app/#token={quote(self.token, safe='')}"
+
     def ws_url(self) -> str:
         scheme = "wss" if self.tls else "ws"
         host = f"[{self.host}]" if ":" in self.host else self.host

@@ -250,6 +250,7 @@ SCENARIO_MARKERS: tuple[tuple[str, str], ...] = (
     ("[reasoning]", "reasoning"),
     ("[tool]", "tool"),
     ("[media]", "media"),
+    ("[hostile]", "hostile"),
 )
 
 
@@ -260,6 +261,15 @@ def scenario_for(text: str) -> str:
             return name
     return "default"
 
+
+# Model text that would run script or navigate if a client rendered it as HTML: a web
+# client must show it as text (and its markdown link must not become a javascript: URL).
+HOSTILE_TEXT = (
+    'Hostile **bold** <img src=x onerror="window.__hdgPwned=1">'
+    " <script>window.__hdgPwned=2</script>"
+    " [click me](javascript:window.__hdgPwned=3) and [safe](https://example.org/docs)"
+    " `<b>code</b>`"
+)
 
 MEDIA_PNG_SIDE = 4
 
@@ -413,6 +423,8 @@ def plan_reply(body: Mapping[str, Any]) -> Reply:
         # The one scenario with a side effect: the agent "produced" a file, delivered
         # through Hermes' MEDIA: pipeline (extract_media → the adapter's send_* methods).
         return _text(scenario, phase, f"Here it is MEDIA:{write_media_png()}")
+    if scenario == "hostile":
+        return _text(scenario, phase, HOSTILE_TEXT)
     if scenario == "clarify":
         if phase == 0:
             call = ToolCall(

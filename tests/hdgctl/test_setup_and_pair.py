@@ -104,6 +104,9 @@ def test_pair_shows_the_public_address_setup_saved(
         name="Home",
     )
     assert "WebSocket:   wss://gw.example.org:443/ws" in out
+    # The web client's link carries the token in the fragment, never in the path or query.
+    token = _env(tmp_path)["ANDROID_TOKEN"]
+    assert f"Web client:  https://gw.example.org:443/app/#token={token}" in out
 
 
 def test_setup_run_again_with_a_new_port_host_or_tls_moves_the_pairing_code_along(
@@ -222,3 +225,4 @@ def test_an_ipv6_listen_address_gets_an_ipv6_code_and_brackets_are_not_doubled(
     out = capsys.readouterr().out
     assert _uri(out).host == "fd00::1"
     assert "App URL:     ws://[fd00::1]:8790/ws" in out
+    assert "Web client:  http://[fd00::1]:8790/app/#token=" in out

@@ -24,7 +24,7 @@ from .limits import MediaLimits
 __all__ = ["IMAGE_FORMATS", "MAX_JPEG_SCANS", "THUMB_NAME", "jpeg_scans", "make_thumbnail"]
 
 IMAGE_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "AVIF")
-THUMB_NAME = "thumb.webp"
+THUMB_NAME = "thumb.webp"  # canonical.attachments.THUMBNAIL_NAME: the edge serves it
 MAX_JPEG_SCANS = 500
 _UNSUPPORTED_MAGIC: tuple[tuple[int, bytes, str], ...] = (
     (4, b"ftypheic", "HEIC"),
