@@ -239,6 +239,7 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="ANDROID_HTTP_HEADER_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["http_header_timeout_s"]},
+        description="Seconds a request header (an HTTP request or a WebSocket upgrade) has to arrive in full; else 408 and the socket is closed.",
     )
     http_body_idle_timeout_s: float = Field(
         default=30.0,
@@ -246,12 +247,14 @@ class GatewaySettings(BaseSettings):
         allow_inf_nan=False,
         validation_alias="ANDROID_HTTP_BODY_IDLE_TIMEOUT_S",
         json_schema_extra={"extra_keys": ["http_body_idle_timeout_s"]},
+        description="Seconds an upload's body may send nothing before it is answered 408 and its place is freed.",
     )
     max_unauthenticated_per_address: int = Field(
         default=64,
         ge=1,
         validation_alias="ANDROID_MAX_UNAUTHENTICATED_PER_ADDRESS",
         json_schema_extra={"extra_keys": ["max_unauthenticated_per_address"]},
+        description="Sockets one address may hold that are not past their request header or hello; one more is refused (429).",
     )
     redis_connect_timeout_s: float = Field(
         default=2.0,

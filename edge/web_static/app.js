@@ -415,8 +415,14 @@ function isCurrent(l) {
 function appendItem(l, key, node) {
   if (key) {
     const old = l.items.get(key);
-    if (old) { old.replaceWith(node); l.items.set(key, node); return node; }
+    if (old) {
+      keepAttachments(old, node);
+      old.replaceWith(node);
+      l.items.set(key, node);
+      return node;
+    }
     l.items.set(key, node);
+    adoptPendingMedia(l, key, node);
   }
   const stick = isCurrent(l) && nearBottom();
   l.node.append(node);
@@ -799,6 +805,27 @@ function authFetch(path) {
   return fetch(path, { headers: { Authorization: `Bearer ${state.token}` }, cache: 'no-store', referrerPolicy: 'no-referrer' });
 }
 
+// A message re-rendered (the echo replacing the bubble shown while sending) keeps the files
+// already shown in it.
+function keepAttachments(old, node) {
+  const from = old.querySelector('.attachments');
+  const to = node.querySelector('.attachments');
+  if (from && to && from !== to) to.append(...from.childNodes);
+}
+
+// Files announced before their message is shown wait for it.
+function adoptPendingMedia(l, key, node) {
+  const waiting = l.pendingMedia?.get(key);
+  const host = node.querySelector('.attachments');
+  if (!waiting || !host) return;
+  l.pendingMedia.delete(key);
+  for (const figure of waiting) {
+    l.items.get(`media-${figure.dataset.media}`)?.remove();
+    l.items.delete(`media-${figure.dataset.media}`);
+    host.append(figure);
+  }
+}
+
 function showMedia(l, f) {
   const mid = f.message_id;
   const host = (mid && l.items.get(mid)?.querySelector('.attachments')) || null;
@@ -806,7 +833,13 @@ function showMedia(l, f) {
   const name = f.filename || 'file';
   node.append(el('figcaption', {}, el('button', { type: 'button', class: 'link', text: `Download ${name}`, onclick: () => download(f.media_id, name) })));
   if (host) host.append(node);
-  else appendItem(l, `media-${f.media_id}`, el('div', { class: 'msg media-only' }, node));
+  else {
+    appendItem(l, `media-${f.media_id}`, el('div', { class: 'msg media-only' }, node));
+    if (mid) {
+      l.pendingMedia = l.pendingMedia || new Map();
+      l.pendingMedia.set(mid, [...(l.pendingMedia.get(mid) || []), node]);
+    }
+  }
   if (f.kind === 'image' && f.inline_image) loadThumbnail(node, f.media_id);
 }
 
