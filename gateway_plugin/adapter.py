@@ -218,19 +218,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         reply_to: str | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> Any:
-        if self.controller is None:
-            return SendResult(
-                success=False, error="android adapter is not connected", retryable=True
-            )
-        lane = self._lane(chat_id, metadata)
-        if lane is None:
-            return SendResult(success=False, error=f"unknown android target {chat_id!r}")
-        try:
-            message_id = self.controller.on_send(lane, content, metadata)
-        except ChannelError as exc:  # an archived or unknown lane: not delivered anywhere
-            log.error("android: delivery to %r refused: %s", chat_id, exc)
-            return SendResult(success=False, error=str(exc))
-        return SendResult(success=True, message_id=message_id)
+        return self._deliver_text(chat_id, content, metadata, status=False)
 
     async def edit_message(
         self, chat_id: str, message_id: str, content: str, *, finalize: bool = False
@@ -249,6 +237,12 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
     ) -> Any:
         """Hermes' status callback (lifecycle messages: retries, a provider failure).
         Without this method Hermes sends them with `send`, indistinguishable from text."""
+        return self._deliver_text(chat_id, content, metadata, status=True)
+
+    def _deliver_text(
+        self, chat_id: str, content: str, metadata: dict[str, Any] | None, *, status: bool
+    ) -> Any:
+        """Text (or, with `status`, a Hermes status message) into the lane of `chat_id`."""
         if self.controller is None:
             return SendResult(
                 success=False, error="android adapter is not connected", retryable=True
@@ -256,9 +250,10 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         lane = self._lane(chat_id, metadata)
         if lane is None:
             return SendResult(success=False, error=f"unknown android target {chat_id!r}")
+        deliver = self.controller.on_status if status else self.controller.on_send
         try:
-            message_id = self.controller.on_status(lane, content, metadata)
-        except ChannelError as exc:
+            message_id = deliver(lane, content, metadata)
+        except ChannelError as exc:  # an archived or unknown lane: not delivered anywhere
             log.error("android: delivery to %r refused: %s", chat_id, exc)
             return SendResult(success=False, error=str(exc))
         return SendResult(success=True, message_id=message_id)
