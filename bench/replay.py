@@ -13,7 +13,7 @@
    fully replayed, and the window the storm took.
 
 The replay is answered by the plugin side as in production: the edge turns the cursor in
-``hello`` into a command; ``gateway_plugin.commands.cmd_hello`` / ``_replay`` read the
+``hello`` into a command; ``gateway_plugin.commands.runs.cmd_hello`` / ``_replay`` read the
 outbox and send the events back as a direct reply. The plugin is a real ``Controller``
 with a stand-in AgentPort (``bench.common.BenchAgent``: ``wait_ready`` returns at once,
 no cron jobs) — Hermes is not part of what is measured. Two edges (CPU 0) on a private
@@ -292,7 +292,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
         "when": now_stamp(),
         "machine": machine(),
         "method": {
-            "plugin": "real Controller + gateway_plugin.commands (cmd_hello/_replay) with a "
+            "plugin": "real Controller + gateway_plugin.commands.runs (cmd_hello/_replay) with a "
             "stand-in AgentPort (bench.common.BenchAgent: wait_ready returns at once, no cron "
             "jobs); Hermes itself is not measured here",
             "events": "message.delta of distinct messages, ~200 B frames",

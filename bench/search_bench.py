@@ -1,4 +1,4 @@
-"""Benchmark gateway_plugin.search on a large state.db made by Hermes' own SessionDB.
+"""Benchmark gateway_plugin.channels.search on a large state.db made by Hermes' own SessionDB.
 
     .venv/bin/python bench/search_bench.py [--messages 100000] [--sessions 50] [--queries 200]
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from hermes_state import SessionDB  # the bench may import Hermes; gateway_plugin modules never do
 
-from gateway_plugin.search import SearchIndex
+from gateway_plugin.channels.search import SearchIndex
 
 COMMON = (
     "the a to and of is in it you that for on with this be are can have not what how "

@@ -10,6 +10,6 @@ from typing import Any
 
 
 def register(ctx: Any) -> None:
-    from .hermes_bridge import register_platform
+    from gateway_plugin.hermes.bridge import register_platform
 
     register_platform(ctx)

@@ -19,25 +19,26 @@ from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
 from canonical.protocol import REPLY, now_iso
 from canonical.settings import GatewaySettings
-
-from . import admin, command_once, upkeep
-from .attachments import AttachmentRegistry
-from .channel_store import ChannelDirectory, ChannelEntry, ChannelError
-from .command_reader import CommandReader
-from .commands import CommandHandler
-from .decisions import DecisionDesk
-from .delivery import cron_message
-from .devices import DeviceRegistry
-from .jobs import JobQueue
-from .outbox import Outbox
-from .ports import AgentPort
-from .preferences import Preferences
-from .push import PushScheduler, push_submitter
-from .search import SearchIndex
-from .shutdown import UNBOUNDED, Deadline
-from .titles import PendingTitles, clean_generated_title
-from .transcript import Transcript
-from .turns import Run, TurnTracker, classify, is_final, notice_events
+from gateway_plugin import upkeep
+from gateway_plugin.access import admin
+from gateway_plugin.access.devices import DeviceRegistry
+from gateway_plugin.attachments.registry import AttachmentRegistry
+from gateway_plugin.channels.search import SearchIndex
+from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry, ChannelError
+from gateway_plugin.channels.titles import PendingTitles, clean_generated_title
+from gateway_plugin.commands import once as command_once
+from gateway_plugin.commands.decisions import DecisionDesk
+from gateway_plugin.commands.preferences import Preferences
+from gateway_plugin.commands.reader import CommandReader
+from gateway_plugin.commands.runs import CommandHandler
+from gateway_plugin.delivery.cron import cron_message
+from gateway_plugin.delivery.outbox import Outbox
+from gateway_plugin.delivery.turns import Run, TurnTracker, classify, is_final, notice_events
+from gateway_plugin.hermes.transcript import Transcript
+from gateway_plugin.jobs import JobQueue
+from gateway_plugin.ports import AgentPort
+from gateway_plugin.push.policy import PushScheduler, push_submitter
+from gateway_plugin.shutdown import UNBOUNDED, Deadline
 
 log = logging.getLogger("hdg.plugin")
 

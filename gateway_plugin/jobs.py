@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from canonical.settings import GatewaySettings
-
-from .pending_pushes import PendingPushes, remaining_delay
-from .shutdown import UNBOUNDED, Deadline
+from gateway_plugin.push.pending import PendingPushes, remaining_delay
+from gateway_plugin.shutdown import UNBOUNDED, Deadline
 
 log = logging.getLogger("hdg.plugin.jobs")
 

@@ -12,11 +12,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from canonical.errors import BusUnavailable
-
-from .attachments import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
+from gateway_plugin.attachments.registry import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
 
 if TYPE_CHECKING:
-    from .controller import Controller
+    from gateway_plugin.controller import Controller
 
 log = logging.getLogger("hdg.plugin")
 

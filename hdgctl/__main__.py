@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from canonical.errors import SettingsError
-from gateway_plugin.setup_flow import SetupError, android_extra, check_port, home_pairing
+from gateway_plugin.hermes.setup_flow import SetupError, android_extra, check_port, home_pairing
 
 from . import home as homes
 from . import ops

@@ -3,7 +3,7 @@
 `setup` writes the Hermes home (no gateway needed). The others talk to the *running*
 plugin, in both modes, the way a device does: the CLI connects to an edge over WebSocket
 with the pairing token (iris dialect) and sends admin frames carrying the admin token,
-which only someone who can read the Hermes home has (see gateway_plugin/admin.py).
+which only someone who can read the Hermes home has (see gateway_plugin/access/admin.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pydantic import AliasChoices
 
 from canonical.client import DeviceClient
 from canonical.settings import GatewaySettings, load_settings
-from gateway_plugin.admin import load_admin_token
-from gateway_plugin.setup_flow import (
+from gateway_plugin.access.admin import load_admin_token
+from gateway_plugin.hermes.setup_flow import (
     SetupChoices,
     SetupError,
     apply_setup,
@@ -260,7 +260,7 @@ def cmd_devices_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_token_rotate(args: argparse.Namespace) -> int:
-    from gateway_plugin.setup_flow import check_token
+    from gateway_plugin.hermes.setup_flow import check_token
 
     try:
         new = check_token(args.token) if args.token else homes.new_token()

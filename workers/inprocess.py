@@ -9,7 +9,7 @@ each queue has its own concurrency limit, so transcodes never hold up pushes.
 Differences from arq, by design: the runner itself keeps nothing on disk (jobs still
 queued, deferred or backing off when the process stops end as :class:`JobCancelled`, so
 an owner that must outlive a restart keeps its own record: the plugin does for deferred
-pushes, ``gateway_plugin.pending_pushes``), and duplicates are dropped only while a job
+pushes, ``gateway_plugin.push.pending``), and duplicates are dropped only while a job
 with the same id is pending or running (the idempotency store then covers finished ones).
 
 Usage::

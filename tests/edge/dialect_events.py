@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway_plugin.channel_store import ChannelEntry
-from gateway_plugin.interactive import Interactive
-from gateway_plugin.turns import TurnTracker, notice_events
+from gateway_plugin.channels.store import ChannelEntry
+from gateway_plugin.commands.interactive import Interactive
+from gateway_plugin.delivery.turns import TurnTracker, notice_events
 
 Json = dict[str, Any]
 LANE = ("android:default", None)
@@ -49,7 +49,7 @@ def a_user_echo() -> Json:
 
 
 def a_tool_event(status: str = "running") -> Json:
-    """A tool.event as gateway_plugin.interactive builds it (cursor added by the outbox)."""
+    """A tool.event as gateway_plugin.commands.interactive builds it (cursor added by the outbox)."""
     tools = Interactive()
     base = {"lane": list(LANE), "conversation_id": CID, "run_id": "r" * 32}
     started = tools.tool_started(LANE, base, "t-1a2b3c4d5e6f", "web_search", {"query": "cats"})

@@ -18,7 +18,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from gateway_plugin.channel_store import ChannelDirectory, ChannelEntry, ChannelError
+from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry, ChannelError
 
 HOME = "android:default"
 Key = tuple[str, str | None]

@@ -18,7 +18,7 @@ import pytest
 from canonical.errors import BusUnavailable
 from canonical.redis_bus import RedisBus
 from canonical.redis_timeouts import RedisTimeouts
-from gateway_plugin.outbox import Outbox
+from gateway_plugin.delivery.outbox import Outbox
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 from tests.harness.partition import PartitionableRelay
 from tests.harness.processes import RedisServer

@@ -1,0 +1,1 @@
+"""Who may connect: the device registry, hello answers, operator frames."""

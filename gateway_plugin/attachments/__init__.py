@@ -1,0 +1,1 @@
+"""Attachments: the registry and file store, claims and deliverables, transcoding jobs."""

@@ -1,0 +1,1 @@
+"""Channels and threads: the directory, thread titles, full-text search."""

@@ -1,0 +1,1 @@
+"""Device commands: the stream reader, effectively-once records, handlers, decisions, preferences."""

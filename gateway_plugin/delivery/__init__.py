@@ -1,0 +1,1 @@
+"""Sequencing and the durable outbox: turns to canonical events, message ids, cron delivery."""

@@ -1,0 +1,550 @@
+"""The `android` platform adapter: a thin shell between Hermes and the Controller.
+
+Hermes calls these methods on its event loop; each turns into a controller call. The
+adapter also implements the AgentPort through which the controller reaches Hermes; its
+media send methods (files stored as attachments) are `adapter_media.MediaSendsMixin`.
+Hermes types come from `hermes_bridge`, the one module that imports Hermes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from canonical.bus import open_bus
+from canonical.errors import BusUnavailable, SettingsError
+from canonical.protocol import new_id, now_iso
+from canonical.sentinel import bus_url_for_display
+from canonical.settings import GatewaySettings, require_token
+from gateway_plugin.channels.store import ChannelError
+from gateway_plugin.controller import Controller
+from gateway_plugin.hermes import bridge as hb
+from gateway_plugin.hermes.adapter_media import MediaSendsMixin
+from gateway_plugin.shutdown import UNBOUNDED, Deadline, disconnect_budget
+
+log = logging.getLogger("hdg.plugin")
+# The embedded edge closes its devices with 1001 and waits for them (uvicorn: 5 s at most).
+EDGE_STOP_WAIT_S = 8.0
+
+Lane = tuple[str, str | None]
+SendResult = hb.SendResult
+
+
+class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[misc]
+    """The `android` platform: Hermes on one side, the device bus on the other."""
+
+    SUPPORTS_MESSAGE_EDITING = True
+    MAX_MESSAGE_LENGTH = 0
+    supports_code_blocks = True
+
+    def __init__(self, config: hb.PlatformConfig) -> None:
+        super().__init__(config, hb.Platform(hb.PLATFORM))
+        self.hdg_settings = hb.settings_from(config)
+        self.controller: Controller | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._server_task: asyncio.Task[None] | None = None
+        self._captures: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._locked: tuple[str, str, int, bool] | None = None
+
+    @property
+    def authorization_is_upstream(self) -> bool:
+        # The edge verified the token (constant time, lockout) and the controller checks
+        # the device allowlist at hello; Hermes' own allowlist would deny by default.
+        return True
+
+    # -- lifecycle
+    async def connect(self, *, is_reconnect: bool = False) -> bool:
+        settings = self.hdg_settings
+        try:
+            token = require_token(settings)
+        except SettingsError as exc:
+            self._set_fatal_error("config_invalid", str(exc), retryable=False)
+            return False
+        home = Path(hb.get_hermes_home())
+        # Two profiles (or two gateways) must never serve the same token or port.
+        held = hb.acquire_locks(
+            token, settings.ws_host, settings.ws_port, embedded=settings.embedded
+        )
+        if held is not None:
+            self._set_fatal_error("lock_held", held, retryable=False)
+            return False
+        self._locked = (token, settings.ws_host, settings.ws_port, settings.embedded)
+        data_dir = settings.data_dir or home / hb.PLATFORM
+        bus = open_bus(settings.bus_url, settings.redis_timeouts())
+        self.loop = asyncio.get_running_loop()
+        self.controller = Controller(
+            settings,
+            bus,
+            tenant=hb.tenant_for(settings, home),
+            token=token,
+            data_dir=data_dir,
+            state_db=home / "state.db",
+            agent=self,
+        )
+        try:
+            await self.controller.start()
+        except BusUnavailable as exc:
+            self._set_fatal_error(
+                "bus_unavailable",
+                f"cannot reach {bus_url_for_display(settings.bus_url)}: {exc}",
+                retryable=True,
+            )
+            return False
+        # Before Hermes' start-up restore runs (after every platform connected): it may
+        # resume only the turns the outbox says were unfinished, not every recent session.
+        store = getattr(self, "_session_store", None)
+        try:
+            kept_out = await asyncio.to_thread(
+                hb.keep_resumes_of, store, self.controller.unfinished_lanes()
+            )
+        except Exception:
+            log.exception("could not narrow Hermes' start-up resume to unfinished runs")
+        else:
+            if kept_out:
+                log.info("%d finished conversations will not be resumed by Hermes", kept_out)
+        # The edge opens only once the tenant is registered, so a device's first hello works.
+        if settings.embedded and not await self._start_embedded_edge(settings, bus):
+            await self.controller.stop()
+            self.controller = None
+            return False
+        hb.ADAPTERS.append(self)
+        if settings.allow_all_users:
+            log.warning(
+                "ANDROID_ALLOW_ALL_USERS is on: any device with the token may connect (dev only)"
+            )
+        self._mark_connected()
+        return True
+
+    async def _start_embedded_edge(self, settings: GatewaySettings, bus: Any) -> bool:
+        from edge.app import build_app
+        from edge.server import EmbeddedServer, bind_check, make_state, uvicorn_config
+
+        try:
+            bind_check(settings.ws_host, settings.ws_port)
+        except OSError as exc:
+            self._set_fatal_error(
+                "bind_failed",
+                f"cannot listen on {settings.ws_host}:{settings.ws_port} ({exc.strerror}); set ANDROID_WS_PORT",
+                retryable=True,
+            )
+            return False
+        assert self.controller is not None
+        # The embedded edge writes uploads where this plugin's registry reads them.
+        storage = self.controller.attachments.storage_root
+        state = make_state(settings.model_copy(update={"attachments_dir": storage}), bus)
+        self._server = EmbeddedServer(uvicorn_config(build_app(state), settings))
+        self._server_task = asyncio.create_task(self._server.serve(), name="hdg-embedded-edge")
+        for _ in range(200):
+            if self._server.started or self._server_task.done():
+                break
+            await asyncio.sleep(0.025)
+        if not self._server.started:
+            self._set_fatal_error(
+                "bind_failed",
+                f"edge did not start on {settings.ws_host}:{settings.ws_port}",
+                retryable=True,
+            )
+            return False
+        log.info("android edge listening on %s:%d (embedded)", settings.ws_host, settings.ws_port)
+        return True
+
+    async def _stop_embedded_edge(self, deadline: Deadline = UNBOUNDED) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._server_task is not None:
+                wait = deadline.left(EDGE_STOP_WAIT_S)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(self._server_task, wait)
+            self._server = None
+
+    async def disconnect(self) -> None:
+        # Within the time Hermes allows (shutdown.py): past it Hermes cancels this, and
+        # nothing after the wait that overran would be closed in order.
+        deadline = Deadline(disconnect_budget(os.environ))
+        await self._stop_embedded_edge(deadline)
+        if self.controller is not None:
+            await self.controller.stop(deadline)
+        if self._locked is not None:
+            hb.release_locks(*self._locked)
+            self._locked = None
+        if self in hb.ADAPTERS:
+            hb.ADAPTERS.remove(self)
+        self._mark_disconnected()
+
+    # -- lanes
+    def _lane(self, chat_id: str, metadata: dict[str, Any] | None) -> Lane | None:
+        assert self.controller is not None
+        chat_id = hb.delivery_chat_id(chat_id, self.hdg_settings)
+        thread_id = (metadata or {}).get("thread_id")
+        if thread_id:
+            return (chat_id, str(thread_id))
+        if self.controller.channels.get(chat_id, None) is not None:
+            return (chat_id, None)
+        try:
+            # Cron passes "<chat>:<thread>" as one chat id, or a channel name.
+            entry = self.controller.channels.resolve_target(chat_id)
+        except ChannelError as exc:
+            log.error(
+                "android: no channel for delivery target %r (%s); not delivered", chat_id, exc
+            )
+            return None
+        return (entry.chat_id, entry.thread_id)
+
+    def source_for(self, lane: Lane, user_id: str = "device") -> Any:
+        name = lane[0]
+        if self.controller is not None:
+            entry = self.controller.channels.get(lane[0], lane[1])
+            name = entry.name if entry else name
+        return self.build_source(
+            chat_id=lane[0],
+            chat_name=name,
+            chat_type="dm",
+            user_id=user_id,
+            user_name=user_id,
+            thread_id=lane[1],
+        )
+
+    # -- Hermes → devices
+    async def send(
+        self,
+        chat_id: str,
+        content: str,
+        reply_to: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        return self._deliver_text(chat_id, content, metadata, status=False)
+
+    async def edit_message(
+        self, chat_id: str, message_id: str, content: str, *, finalize: bool = False
+    ) -> Any:
+        if self.controller is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        self.controller.on_edit(message_id, content, finalize=finalize)
+        return SendResult(success=True, message_id=message_id)
+
+    async def send_or_update_status(
+        self,
+        chat_id: str,
+        status_key: str,
+        content: str,
+        metadata: dict[str, Any] | None = None,
+    ) -> Any:
+        """Hermes' status callback (lifecycle messages: retries, a provider failure).
+        Without this method Hermes sends them with `send`, indistinguishable from text."""
+        return self._deliver_text(chat_id, content, metadata, status=True)
+
+    def _deliver_text(
+        self, chat_id: str, content: str, metadata: dict[str, Any] | None, *, status: bool
+    ) -> Any:
+        """Text (or, with `status`, a Hermes status message) into the lane of `chat_id`."""
+        if self.controller is None:
+            return SendResult(
+                success=False, error="android adapter is not connected", retryable=True
+            )
+        lane = self._lane(chat_id, metadata)
+        if lane is None:
+            return SendResult(success=False, error=f"unknown android target {chat_id!r}")
+        deliver = self.controller.on_status if status else self.controller.on_send
+        try:
+            message_id = deliver(lane, content, metadata)
+        except ChannelError as exc:  # an archived or unknown lane: not delivered anywhere
+            log.error("android: delivery to %r refused: %s", chat_id, exc)
+            return SendResult(success=False, error=str(exc))
+        return SendResult(success=True, message_id=message_id)
+
+    async def send_typing(self, chat_id: str, metadata: dict[str, Any] | None = None) -> None:
+        if self.controller is None:
+            return
+        lane = self._lane(chat_id, metadata)
+        if lane is not None:
+            self.controller.typing(lane, True)
+
+    async def stop_typing(self, chat_id: str, metadata: dict[str, Any] | None = None) -> None:
+        if self.controller is None:
+            return
+        lane = self._lane(chat_id, metadata) if metadata else (chat_id, None)
+        if lane is not None:
+            self.controller.typing(lane, False)
+
+    async def get_chat_info(self, chat_id: str) -> dict[str, Any]:
+        chat_id = hb.delivery_chat_id(chat_id, self.hdg_settings)
+        entry = self.controller.channels.get(chat_id, None) if self.controller else None
+        return {"name": entry.name if entry else chat_id, "type": "dm"}
+
+    async def on_processing_start(self, event: Any) -> None:
+        if self.controller is None or event.source is None:
+            return
+        lane = (str(event.source.chat_id), event.source.thread_id)
+        run_id = (event.metadata or {}).get("hdg_run_id")
+        self.controller.on_processing_start(lane, run_id)
+        if run_id is not None and self.controller.cancelled.get(lane) == run_id:
+            # Cancelled before Hermes took it up (it waited behind another turn, whose
+            # signal Hermes clears): this turn starts interrupted.
+            await self.interrupt(lane, user_id=str(event.source.user_id or "device"))
+
+    async def on_processing_complete(self, event: Any, outcome: Any) -> None:
+        if self.controller is None or event.source is None:
+            return
+        lane = (str(event.source.chat_id), event.source.thread_id)
+        self.controller.on_processing_complete(
+            lane, (event.metadata or {}).get("hdg_run_id"), outcome.value
+        )
+
+    # -- decisions Hermes waits for
+    async def send_exec_approval(
+        self,
+        chat_id: str,
+        command: str,
+        session_key: str,
+        description: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        allow_permanent: bool = True,
+        smart_denied: bool = False,
+        **_: Any,
+    ) -> Any:
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        self.controller.desk.on_approval_request(
+            lane, session_key, command, description or "", bool(allow_permanent)
+        )
+        return SendResult(success=True, message_id=f"approval-{new_id(6)}")
+
+    async def send_clarify(
+        self,
+        chat_id: str,
+        question: str,
+        choices: Any,
+        clarify_id: str,
+        session_key: str,
+        metadata: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> Any:
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        listed = [str(c) for c in choices] if choices else None
+        self.controller.desk.on_clarify_request(lane, session_key, clarify_id, question, listed)
+        return SendResult(success=True, message_id=f"clarify-{clarify_id}")
+
+    async def send_slash_confirm(
+        self,
+        chat_id: str,
+        title: str,
+        message: str,
+        session_key: str,
+        confirm_id: str,
+        metadata: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> Any:
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        self.controller.desk.on_picker(
+            lane,
+            "confirm",
+            session_key,
+            {"title": title, "message": message, "choices": ["once", "always", "cancel"]},
+            None,
+            confirm_id,
+        )
+        return SendResult(success=True, message_id=f"confirm-{confirm_id}")
+
+    async def send_model_picker(
+        self,
+        chat_id: str,
+        providers: list[dict[str, Any]],
+        current_model: str,
+        current_provider: str,
+        session_key: str,
+        on_model_selected: Any,
+        metadata: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> Any:
+        capture = self._captures.pop(session_key, None)
+        payload = {
+            "providers": await asyncio.to_thread(hb.probe_current_endpoint, list(providers)),
+            "current_model": current_model,
+            "current_provider": current_provider,
+        }
+        if capture is not None and not capture.done():
+            # models.list asked Hermes for its credential-aware picker data.
+            capture.set_result(payload)
+            return SendResult(success=True, message_id="capture")
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        self.controller.desk.on_picker(lane, "model", session_key, payload, on_model_selected)
+        return SendResult(success=True, message_id=f"picker-{new_id(6)}")
+
+    async def send_choice_picker(
+        self,
+        chat_id: str,
+        title: str,
+        choices: list[Any],
+        session_key: str,
+        on_choice_selected: Any,
+        metadata: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> Any:
+        lane = self._lane(chat_id, metadata) if self.controller else None
+        if self.controller is None or lane is None:
+            return SendResult(success=False, error="android adapter is not connected")
+        self.controller.desk.on_picker(
+            lane, "choice", session_key, {"title": title, "choices": choices}, on_choice_selected
+        )
+        return SendResult(success=True, message_id=f"picker-{new_id(6)}")
+
+    # -- AgentPort: the controller reaching Hermes
+    @property
+    def runner(self) -> Any:
+        return getattr(self, "gateway_runner", None)
+
+    async def wait_ready(self) -> None:
+        for _ in range(1200):
+            runner = self.runner
+            if runner is not None and not getattr(runner, "_startup_restore_in_progress", False):
+                return
+            await asyncio.sleep(0.05)
+
+    async def submit(
+        self,
+        lane: Lane,
+        text: str,
+        *,
+        user_id: str,
+        user_name: str,
+        run_id: str | None,
+        chat_name: str,
+        media_urls: list[str] | None = None,
+        media_types: list[str] | None = None,
+    ) -> None:
+        source = self.build_source(
+            chat_id=lane[0],
+            chat_name=chat_name,
+            chat_type="dm",
+            user_id=user_id,
+            user_name=user_name,
+            thread_id=lane[1],
+        )
+        kind = hb.MessageType.COMMAND if text.lstrip().startswith("/") else hb.MessageType.TEXT
+        event = hb.MessageEvent(
+            text=text,
+            message_type=kind,
+            source=source,
+            message_id=new_id(8),
+            metadata={"hdg_run_id": run_id} if run_id else {},
+            media_urls=list(media_urls or []),
+            media_types=list(media_types or []),
+        )
+        await self.handle_message(event)
+
+    async def stage_media(self, source: Path, filename: str, mime_type: str) -> tuple[str, str]:
+        return await asyncio.to_thread(hb.stage_media_file, source, filename, mime_type)
+
+    async def interrupt(self, lane: Lane, *, user_id: str) -> None:
+        """Hermes' own interrupt signal for the lane's session: its turn hands it to the
+        agent as soon as there is one, so a turn not started yet starts interrupted and
+        calls neither the model nor a tool; a running tool is killed. The turn then ends
+        the normal way, after what it was doing. (`/stop` would abandon the turn instead:
+        before the agent exists it stops nothing, and a tool it kills ends after it.)"""
+        await self.interrupt_session_activity(
+            self.session_key(lane), lane[0], metadata={"thread_id": lane[1]} if lane[1] else None
+        )
+
+    async def stop_hard(self, lane: Lane, *, user_id: str) -> bool:
+        """Hermes' /stop, for a turn that ignores its interrupt; False (nothing sent) while
+        the turn has no agent yet, which /stop could not reach."""
+        if not hb.agent_running(self.runner, self.session_key(lane)):
+            return False
+        await self.submit(
+            lane, "/stop", user_id=user_id, user_name=user_id, run_id=None, chat_name=lane[0]
+        )
+        return True
+
+    def delete_transcript(self, lane: Lane) -> int:
+        assert self.controller is not None
+        return hb.delete_sessions(
+            [session["id"] for session in self.controller.transcript.sessions(lane)]
+        )
+
+    def session_key(self, lane: Lane) -> str:
+        return hb.session_key_for(self.runner, self.source_for(lane))
+
+    def _command_event(self, lane: Lane, text: str) -> Any:
+        return hb.MessageEvent(
+            text=text,
+            message_type=hb.MessageType.COMMAND,
+            source=self.source_for(lane),
+            message_id=new_id(8),
+        )
+
+    async def model_picker_data(self, lane: Lane) -> dict[str, Any]:
+        """Hermes' own credential-aware picker data, as its /model command builds it."""
+        key = self.session_key(lane)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._captures[key] = future
+        try:
+            text = await hb.run_model_command(self.runner, self._command_event(lane, "/model"))
+            if not future.done():
+                raise RuntimeError(f"Hermes offered no model picker: {text[:200]}")
+            return future.result()
+        finally:
+            self._captures.pop(key, None)
+
+    def model_state(self, lane: Lane) -> tuple[str, str, str]:
+        return hb.model_state(self.runner, self.session_key(lane))
+
+    async def set_model(self, lane: Lane, model: str, provider: str | None, scope: str) -> str:
+        flags = f" --provider {provider}" if provider else ""
+        flags += " --global" if scope == "global" else " --session"
+        return await hb.run_model_command(
+            self.runner, self._command_event(lane, f"/model {model}{flags}")
+        )
+
+    def reasoning_state(self, lane: Lane) -> tuple[str | None, bool, str]:
+        return hb.reasoning_state(self.runner, self.source_for(lane), self.session_key(lane))
+
+    async def set_reasoning(self, lane: Lane, effort: str, scope: str) -> str:
+        suffix = " --global" if scope == "global" else ""
+        return await hb.run_reasoning_command(
+            self.runner, self._command_event(lane, f"/reasoning {effort}{suffix}")
+        )
+
+    def resolve_approval(self, session_key: str, choice: str, reason: str | None) -> int:
+        return hb.resolve_approval(session_key, choice, reason)
+
+    def resolve_clarify(self, clarify_id: str, response: str) -> bool:
+        return hb.resolve_clarify(clarify_id, response)
+
+    async def resolve_confirm(self, session_key: str, confirm_id: str, choice: str) -> str | None:
+        return await hb.resolve_confirm(session_key, confirm_id, choice)
+
+    def set_yolo(self, session_key: str, enabled: bool) -> None:
+        hb.set_yolo(session_key, enabled)
+
+    def yolo_enabled(self, session_key: str) -> bool:
+        return hb.yolo_enabled(session_key)
+
+    def reasoning_efforts(self) -> list[str]:
+        return list(hb.REASONING_EFFORTS)
+
+    def cron_jobs(self) -> list[dict[str, Any]]:
+        return hb.cron_jobs()
+
+    async def generate_title(self, user_message: str, assistant_response: str) -> str | None:
+        return await hb.generate_title(user_message, assistant_response)
+
+    async def create_handoff_thread(self, parent_chat_id: str, name: str) -> str | None:
+        """Hermes opens a named thread (e.g. a continuable cron job): a real thread lane."""
+        if self.controller is None:
+            return None
+        return self.controller.create_thread(parent_chat_id, name)
+
+
+__all__ = ["AndroidAdapter", "now_iso"]

@@ -1,0 +1,1 @@
+"""Push notifications: when to push, and deferred pushes that survive restarts."""

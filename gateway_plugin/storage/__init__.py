@@ -1,0 +1,1 @@
+"""SQLite files: how every plugin database is opened."""
