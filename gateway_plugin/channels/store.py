@@ -28,8 +28,7 @@ _NAME_RANK: Final[dict[str, int]] = {"derived": 0, "llm": 1, "user": 2}
 MAX_NAME_LEN: Final = 100
 DEFAULT_NAME: Final = "Default"
 
-_NOW_SQL: Final = "((julianday('now') - 2440587.5) * 86400.0)"  # time.time() in SQL
-# Index i upgrades user_version i -> i + 1; never edit a shipped entry, append. Keep them
+# Index i upgrades user_version i -> i + 1; never edit a released entry, append. Keep them
 # idempotent (IF NOT EXISTS): two processes may open a fresh file at the same moment.
 _MIGRATIONS: Final[tuple[str, ...]] = (
     """
@@ -50,20 +49,9 @@ _MIGRATIONS: Final[tuple[str, ...]] = (
         updated REAL NOT NULL,
         PRIMARY KEY (chat_id, thread_id)
     );
-    CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-    """,
-    # One default channel, enforced by the file itself. Before the index, moving the
-    # default left the threads toggle on the old one: repair that (and any second
-    # default, keeping the newest) first, bumping `updated` so devices take the fix.
-    f"""
-    UPDATE entries SET is_default = 0, updated = max(updated, {_NOW_SQL})
-    WHERE is_default = 1 AND rowid != (
-        SELECT rowid FROM entries WHERE is_default = 1
-        ORDER BY archived, updated DESC, rowid DESC LIMIT 1
-    );
-    UPDATE entries SET threads_enabled = 0, updated = max(updated, {_NOW_SQL})
-    WHERE threads_enabled = 1 AND is_default = 0;
+    -- One default channel, enforced by the file itself.
     CREATE UNIQUE INDEX IF NOT EXISTS one_default ON entries (is_default) WHERE is_default = 1;
+    CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
     """,
 )
 SCHEMA_VERSION: Final = len(_MIGRATIONS)

@@ -287,28 +287,6 @@ def test_the_file_itself_refuses_a_second_default(tmp_path: Path) -> None:
         conn.execute("UPDATE entries SET is_default = 1 WHERE chat_id = ?", (chan.chat_id,))
 
 
-def test_opening_an_old_file_repairs_a_threads_toggle_left_on_a_former_default(
-    tmp_path: Path,
-) -> None:
-    path = tmp_path / "channels.db"
-    directory = ChannelDirectory(path)
-    directory.ensure_default()
-    directory.set_threads_enabled(HOME, True)
-    chan = directory.create_channel("Work")
-    directory.close()
-    with sqlite3.connect(path) as conn:  # what set_default used to leave behind
-        conn.executescript(
-            f"DROP INDEX one_default; PRAGMA user_version = 1;"
-            f"UPDATE entries SET is_default = 0 WHERE chat_id = '{HOME}';"
-            f"UPDATE entries SET is_default = 1 WHERE chat_id = '{chan.chat_id}';"
-        )
-    reopened = ChannelDirectory(path)
-    home = reopened.lane_for(HOME, None)
-    assert not home.threads_enabled and home.updated > chan.updated
-    assert reopened.default().chat_id == chan.chat_id
-    reopened.close()
-
-
 def test_set_default_refuses_threads_archived_and_automation_channels(
     directory: ChannelDirectory,
 ) -> None:
