@@ -14,8 +14,8 @@ import pytest
 
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
-from tests.gateway_plugin.plugin_parts import IdleAgent
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
+from tests.gateway_plugin.plugin_parts import IdleAgent
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 

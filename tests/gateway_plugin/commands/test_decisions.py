@@ -8,9 +8,9 @@ from typing import Any
 
 from gateway_plugin.commands.decisions import offered_models
 from gateway_plugin.commands.interactive import PICKER_TTL_S
-from tests.gateway_plugin.test_controller_output import _command, _outbox
 from tests.gateway_plugin.access.test_hellos import _Rig, make_rig, rig
 from tests.gateway_plugin.commands.test_interactive import Clock
+from tests.gateway_plugin.test_controller_output import _command, _outbox
 
 __all__ = ["make_rig", "rig"]
 
