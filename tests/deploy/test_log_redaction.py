@@ -96,7 +96,6 @@ def test_install_leaves_hermes_records_as_hermes_wrote_them(
     (record,) = [r for r in caplog.records if r.name == "gateway.run"]
     assert record.msg == "message %s"
     assert record.args == {"role": "user", "content": "what Hermes logs"}
-    assert logging.getLogRecordFactory() is logging.LogRecord  # no process-wide hook
     assert "what Hermes logs" in caplog.text
     assert MASK not in caplog.text
 
