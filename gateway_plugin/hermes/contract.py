@@ -49,7 +49,7 @@ class Private:
 
     owner: str
     name: str
-    used_in: str
+    used_in: str  # module.function of this package, space-separated
     why: str
     feature: str | None = None
 
@@ -62,7 +62,7 @@ PRIVATE: Final[tuple[Private, ...]] = (
     Private(
         "gateway.run:GatewayRunner",
         "_session_key_for_source",
-        "bridge.session_key_for",
+        "runner.session_key_for",
         "the session key every decision, interrupt, YOLO switch and preference names",
     ),
     Private(
@@ -86,56 +86,56 @@ PRIVATE: Final[tuple[Private, ...]] = (
     Private(
         "gateway.run:GatewayRunner",
         "_handle_model_command",
-        "bridge.run_model_command",
+        "runner.run_model_command",
         "models.list and model.set run Hermes' own /model (credential-aware picker, switch)",
         PREFERENCES,
     ),
     Private(
         "gateway.run:GatewayRunner",
         "_handle_reasoning_command",
-        "bridge.run_reasoning_command",
+        "runner.run_reasoning_command",
         "reasoning.set runs Hermes' own /reasoning",
         PREFERENCES,
     ),
     Private(
         "gateway.run:GatewayRunner",
         "_resolve_session_reasoning_config",
-        "bridge.reasoning_state",
+        "runner.reasoning_state",
         "the reasoning effort in effect for a session (override or config)",
         PREFERENCES,
     ),
     Private(
         "runner",
         "_session_model_overrides",
-        "bridge.model_state, bridge.reasoning_state",
+        "runner.model_state runner.reasoning_state",
         "a conversation's /model override, which the device shows as its scope",
         PREFERENCES,
     ),
     Private(
         "runner",
         "_session_reasoning_overrides",
-        "bridge.reasoning_state",
+        "runner.reasoning_state",
         "a conversation's /reasoning override, which the device shows as its scope",
         PREFERENCES,
     ),
     Private(
         "runner",
         "_running_agents",
-        "bridge.agent_running",
+        "runner.agent_running",
         "whether a turn has its agent yet: /stop reaches only a turn that has one",
         HARD_STOP,
     ),
     Private(
         "gateway.run",
         "_AGENT_PENDING_SENTINEL",
-        "bridge.agent_running",
+        "runner.agent_running",
         "the placeholder _running_agents holds before the agent exists",
         HARD_STOP,
     ),
     Private(
         "runner",
         "_startup_restore_in_progress",
-        "adapter.wait_ready",
+        "agent_port.wait_ready",
         "history is read only once Hermes' start-up restore has written it",
         STARTUP_WAIT,
     ),
@@ -150,7 +150,7 @@ PRIVATE: Final[tuple[Private, ...]] = (
         Private(
             "session_store",
             name,
-            "bridge.keep_resumes_of",
+            "runner.keep_resumes_of",
             "clears the crash-resume mark of finished android sessions under Hermes' lock",
             RESUME_NARROWING,
         )
@@ -160,7 +160,7 @@ PRIVATE: Final[tuple[Private, ...]] = (
         Private(
             "gateway.session:SessionEntry",
             name,
-            "bridge.keep_resumes_of",
+            "runner.keep_resumes_of",
             "the crash-resume mark and the lane it belongs to",
             RESUME_NARROWING,
         )
@@ -170,7 +170,7 @@ PRIVATE: Final[tuple[Private, ...]] = (
         Private(
             "cron.scheduler",
             name,
-            "bridge.deliverables",
+            "cron_send.deliverables",
             "routes a cron MEDIA: file to a kind exactly as Hermes' own cron delivery does",
             CRON_MEDIA_KINDS,
         )
