@@ -165,6 +165,13 @@ def _escape_like(term: str) -> str:
     return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
+def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor returning plain tuples: search rows are many and read by position."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor
+
+
 def has_trigram_index(conn: sqlite3.Connection) -> bool:
     row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TRIGRAM,)).fetchone()
     return row is not None
@@ -184,7 +191,7 @@ def fts_rows(
     """Best-ranked matches of an FTS5 expression, with FTS5's snippet (``[`` ``]``)."""
     if table not in (FTS_WORDS, FTS_TRIGRAM):
         raise ValueError(f"not a state.db FTS5 index: {table!r}")
-    rows = conn.execute(
+    rows: list[SearchRow] = _tuples(conn).execute(
         f"""SELECT m.id, s.chat_id, s.thread_id, m.role,
                    snippet({table}, 0, '[', ']', '…', {int(snippet_tokens)}),
                    m.timestamp, m.session_id, {table}.rank
@@ -195,12 +202,12 @@ def fts_rows(
             ORDER BY {table}.rank LIMIT ?""",
         [expr, *where.params, limit],
     ).fetchall()
-    return [tuple(row) for row in rows]
+    return rows
 
 
 def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> list[SearchRow]:
     """Newest matches of a plain filter, with the whole content and rank 0.0."""
-    rows = conn.execute(
+    rows: list[SearchRow] = _tuples(conn).execute(
         f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
                    m.timestamp, m.session_id, 0.0
             FROM messages m JOIN sessions s ON s.id = m.session_id
@@ -208,7 +215,7 @@ def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> li
             ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
         [*where.params, limit],
     ).fetchall()
-    return [tuple(row) for row in rows]
+    return rows
 
 
 # -- writes: through Hermes' own SessionDB only
