@@ -191,8 +191,10 @@ def fts_rows(
     """Best-ranked matches of an FTS5 expression, with FTS5's snippet (``[`` ``]``)."""
     if table not in (FTS_WORDS, FTS_TRIGRAM):
         raise ValueError(f"not a state.db FTS5 index: {table!r}")
-    rows: list[SearchRow] = _tuples(conn).execute(
-        f"""SELECT m.id, s.chat_id, s.thread_id, m.role,
+    rows: list[SearchRow] = (
+        _tuples(conn)
+        .execute(
+            f"""SELECT m.id, s.chat_id, s.thread_id, m.role,
                    snippet({table}, 0, '[', ']', '…', {int(snippet_tokens)}),
                    m.timestamp, m.session_id, {table}.rank
             FROM {table}
@@ -200,21 +202,27 @@ def fts_rows(
             JOIN sessions s ON s.id = m.session_id
             WHERE {table} MATCH ? AND {where.sql}
             ORDER BY {table}.rank LIMIT ?""",
-        [expr, *where.params, limit],
-    ).fetchall()
+            [expr, *where.params, limit],
+        )
+        .fetchall()
+    )
     return rows
 
 
 def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> list[SearchRow]:
     """Newest matches of a plain filter, with the whole content and rank 0.0."""
-    rows: list[SearchRow] = _tuples(conn).execute(
-        f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
+    rows: list[SearchRow] = (
+        _tuples(conn)
+        .execute(
+            f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
                    m.timestamp, m.session_id, 0.0
             FROM messages m JOIN sessions s ON s.id = m.session_id
             WHERE {where.sql}
             ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
-        [*where.params, limit],
-    ).fetchall()
+            [*where.params, limit],
+        )
+        .fetchall()
+    )
     return rows
 
 
