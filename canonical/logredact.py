@@ -1,8 +1,11 @@
 """Log redaction: tokens, secrets and message bodies never reach a log line.
 
-One process-wide hook (:func:`install`) wraps the log-record factory, so every record of
-every logger — ours, Hermes', uvicorn's — is redacted when it is created, whatever handler
-later writes it. :class:`RedactingFilter` does the same for one handler or logger.
+Scoped to the project's own records: :func:`install` puts a redacting pass-through handler
+first on each of our top-level loggers (`OUR_LOGGERS`), so every record of their subtrees
+is redacted in place before any handler further up (the root's, Hermes' files) formats
+it, and a filter on the one uvicorn logger our edge's server writes to. Records of other
+loggers — Hermes' own, whose ``text``/``content`` fields are its business — are never
+touched. :class:`RedactingFilter` does the same for one handler or logger.
 
 What is masked (the value becomes ``[REDACTED]``, the key stays so the line still reads):
 
@@ -21,7 +24,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import Final
 
 MASK = "[REDACTED]"
 MIN_SECRET_CHARS = 8
@@ -45,7 +48,11 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _secret_re: re.Pattern[str] | None = None
-_installed = False
+
+# The top-level loggers of our packages: `hdg.*` names, and `__name__` loggers.
+OUR_LOGGERS: Final = ("hdg", "canonical", "edge", "workers", "gateway_plugin", "hdgctl")
+# uvicorn runs only as our edge's server (in an edge process, or embedded in the gateway).
+OUR_SERVER_LOGGERS: Final = ("uvicorn.error",)
 
 
 def add_secret(*values: str | None) -> None:
@@ -99,20 +106,57 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class _Redactor(logging.Handler):
+    """First handler of one of `OUR_LOGGERS`: redacts each record of its subtree in place
+    (the record object the handlers further up receive) and writes nothing itself."""
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        redact_record(record)
+        if _only_redactors_on_the_way(record):
+            # Logging falls back to stderr (lastResort) for a record no handler takes;
+            # this handler must not count as one.
+            last = logging.lastResort
+            if last is not None and record.levelno >= last.level:
+                last.handle(record)
+        return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        return None
+
+
+def _only_redactors_on_the_way(record: logging.LogRecord) -> bool:
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None:
+        if any(not isinstance(h, _Redactor) for h in logger.handlers):
+            return False
+        if not logger.propagate:
+            return True
+        logger = logger.parent
+    return True
+
+
 def install(secrets: Iterable[str | None] = ()) -> None:
-    """Redact every log record created in this process from now on (idempotent)."""
-    global _installed
+    """Redact every record of our loggers from now on (idempotent); other loggers'
+    records are left as they are."""
     add_secret(*secrets)
     with _lock:
-        if _installed:
-            return
-        previous = logging.getLogRecordFactory()
+        for name in OUR_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(h, _Redactor) for h in logger.handlers):
+                logger.handlers.insert(0, _Redactor())
+        for name in OUR_SERVER_LOGGERS:
+            logger = logging.getLogger(name)
+            if not any(isinstance(f, RedactingFilter) for f in logger.filters):
+                logger.addFilter(RedactingFilter())
 
-        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
-            return redact_record(previous(*args, **kwargs))
 
-        logging.setLogRecordFactory(factory)
-        _installed = True
-
-
-__all__ = ["MASK", "RedactingFilter", "add_secret", "install", "redact", "redact_record"]
+__all__ = [
+    "MASK",
+    "OUR_LOGGERS",
+    "OUR_SERVER_LOGGERS",
+    "RedactingFilter",
+    "add_secret",
+    "install",
+    "redact",
+    "redact_record",
+]

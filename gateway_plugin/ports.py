@@ -1,4 +1,5 @@
-"""What the controller needs from Hermes, as a protocol: the bridge implements it."""
+"""What the controller needs from Hermes, as a protocol: the adapter implements it
+(`gateway_plugin.hermes.agent_port`)."""
 
 from __future__ import annotations
 

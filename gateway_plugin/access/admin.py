@@ -1,4 +1,5 @@
-"""Operating the plugin: admin frames, the device gate at hello, and the plugin's metrics.
+"""Operating the plugin: admin frames and the admin credential. The device gate at hello
+is `hello_gate`, the plugin's metrics `plugin_metrics`.
 
 Admin frames (iris dialect, docs/operations.md "Admin access"):
 
@@ -18,29 +19,24 @@ home may administer it; a phone holding only the pairing token may not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import os
 import re
 import secrets
-import threading
 import weakref
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import REGISTRY, Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import Counter
 from pydantic import SecretStr
 
 from canonical import logredact
 from canonical.bus import token_digest
 from canonical.errors import BusUnavailable
 from canonical.protocol import error_body
-from gateway_plugin.access.devices import Hello
+from gateway_plugin.access.plugin_metrics import _CONTROLLERS, _metrics_server
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -60,9 +56,6 @@ REVOCATIONS = Counter("hdg_plugin_device_revocations_total", "Devices revoked.")
 ROTATIONS = Counter("hdg_plugin_token_rotations_total", "Pairing-token rotations.")
 ADMIN_REFUSED = Counter(
     "hdg_plugin_admin_refused_total", "Admin frames refused (no or wrong admin token)."
-)
-HELLO_REFUSED = Counter(
-    "hdg_plugin_hello_refused_total", "Iris hellos refused by the plugin.", ["reason"]
 )
 
 
@@ -104,7 +97,6 @@ class _AdminState:
 
 
 _STATE: weakref.WeakKeyDictionary[Controller, _AdminState] = weakref.WeakKeyDictionary()
-_CONTROLLERS: weakref.WeakSet[Controller] = weakref.WeakSet()
 
 
 # -- lifecycle (Controller.start / stop)
@@ -125,37 +117,6 @@ def detach(controller: Controller) -> None:
         _metrics_server.stop()
         for task in list(_BACKGROUND):
             task.cancel()
-
-
-# -- hello gate (gateway_plugin.access.hellos)
-def on_hellos(controller: Controller, commands: list[Json]) -> list[Json | None]:
-    """Record the devices (one transaction); per hello, the close body refusing it if its
-    device was revoked, else None."""
-    revoked = controller.devices.record_hellos([_hello_record(command) for command in commands])
-    refusals: list[Json | None] = []
-    for command in commands:
-        device_id = str(command.get("device_id"))
-        if device_id not in revoked:
-            refusals.append(None)
-            continue
-        HELLO_REFUSED.labels(reason="revoked").inc()
-        log.info("hello refused: device %s is revoked", device_id)
-        request_id = (command.get("args") or {}).get("request_id")
-        frame = error_body("unauthorized", "this device was revoked", request_id)
-        refusals.append({"code": CLOSE_REVOKED, "frame": frame})
-    return refusals
-
-
-def _hello_record(command: Json) -> Hello:
-    args = command.get("args") or {}
-    caps = args.get("caps")
-    fcm_token = args.get("fcm_token")
-    return Hello(
-        str(command.get("device_id")),
-        str(args.get("device_name") or ""),
-        caps if isinstance(caps, list) else [],
-        fcm_token if isinstance(fcm_token, str) else None,
-    )
 
 
 def observe_command(name: str, known: bool, count: int = 1) -> None:
@@ -315,75 +276,6 @@ _HANDLERS = {
 }
 
 
-# -- metrics
-class _PluginCollector(Collector):
-    def collect(self) -> Iterator[Any]:
-        head = GaugeMetricFamily(
-            "hdg_plugin_outbox_head", "Cursor of the newest sequenced event.", labels=["tenant"]
-        )
-        queue = GaugeMetricFamily(
-            "hdg_plugin_publish_queue",
-            "Events sequenced but not yet published to the bus.",
-            labels=["tenant"],
-        )
-        runs = GaugeMetricFamily(
-            "hdg_plugin_active_runs", "Agent runs in progress.", labels=["tenant"]
-        )
-        devices = GaugeMetricFamily(
-            "hdg_plugin_devices", "Devices in the registry.", labels=["tenant", "state"]
-        )
-        for controller in list(_CONTROLLERS):
-            if not controller.running:
-                continue
-            tenant = controller.tenant
-            with contextlib.suppress(Exception):  # closing concurrently: skip this scrape
-                head.add_metric([tenant], controller.outbox.head())
-                queue.add_metric([tenant], controller._publish_queue.qsize())
-                runs.add_metric([tenant], len(controller.turns.runs))
-                for state, count in controller.devices.counts().items():
-                    devices.add_metric([tenant, state], count)
-        yield head
-        yield queue
-        yield runs
-        yield devices
-
-
-REGISTRY.register(_PluginCollector())
-
-
-class _MetricsServer:
-    """``ANDROID_METRICS_PORT``: the plugin's /metrics on its own port (scaled mode)."""
-
-    def __init__(self) -> None:
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def start_if_configured(self) -> None:
-        raw = os.environ.get("ANDROID_METRICS_PORT", "").strip()
-        if not raw or self._server is not None:
-            return
-        from prometheus_client import start_http_server
-
-        host = os.environ.get("ANDROID_METRICS_HOST", "127.0.0.1").strip() or "127.0.0.1"
-        try:
-            self._server, self._thread = start_http_server(int(raw), addr=host)
-        except (OSError, ValueError) as exc:
-            log.error("plugin metrics not served on %s:%s: %s", host, raw, exc)
-            return
-        log.info("plugin metrics on http://%s:%s/metrics", host, raw)
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(5)
-            self._server = None
-            self._thread = None
-
-
-_metrics_server = _MetricsServer()
-
 __all__ = [
     "ADMIN_TOKEN_FILE",
     "admin_token_path",
@@ -392,5 +284,4 @@ __all__ = [
     "handle",
     "load_admin_token",
     "observe_command",
-    "on_hellos",
 ]

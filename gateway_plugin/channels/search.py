@@ -4,7 +4,7 @@ Hermes keeps two FTS5 indexes over ``messages`` (rowid = messages.id): ``message
 (unicode61 words) and ``messages_fts_trigram`` (substrings, any script). Word search goes
 first; CJK text, ``mode="substring"`` or a word search with no hits use the trigram index.
 Terms shorter than a trigram are matched with LIKE, which is also the last resort when the
-trigram table is missing. The file is opened ``mode=ro``: this module never writes.
+trigram table is missing. The statements are `gateway_plugin.hermes.state_db`'s (read-only).
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import re
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway_plugin.channels.search_query import ParsedQuery, parse_query
 from gateway_plugin.errors import CommandError
+from gateway_plugin.hermes import state_db
+from gateway_plugin.hermes.state_db import FTS_TRIGRAM, FTS_WORDS, SearchFilter
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ ChannelResolver = Callable[[str], list[str]]
 MAX_LIMIT: Final = 200
 # snippet() counts tokens; a trigram "token" is one character, so it needs a wider window
 # for roughly the same ~12 words of context.
-SNIPPET_TOKENS: Final = {"messages_fts": 12, "messages_fts_trigram": 48}
+SNIPPET_TOKENS: Final = {FTS_WORDS: 12, FTS_TRIGRAM: 48}
 _LIKE_WINDOW: Final = 64  # characters of context in a LIKE-path snippet
 
 
@@ -55,30 +57,6 @@ class SearchHit:
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class _Where:
-    clauses: list[str] = field(default_factory=list)
-    params: list[Any] = field(default_factory=list)
-
-    def add(self, clause: str, *params: Any) -> None:
-        self.clauses.append(clause)
-        self.params.extend(params)
-
-    def like_all(self, terms: Sequence[str]) -> _Where:
-        extra = _Where(list(self.clauses), list(self.params))
-        for term in terms:
-            extra.add(r"m.content LIKE ? ESCAPE '\'", f"%{_escape_like(term)}%")
-        return extra
-
-    @property
-    def sql(self) -> str:
-        return " AND ".join(self.clauses)
-
-
-def _escape_like(term: str) -> str:
-    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _iso(ts: float) -> str:
@@ -114,20 +92,13 @@ class SearchIndex:
 
     def _connect(self) -> sqlite3.Connection | None:
         # Hermes creates state.db on its first session; until then there is nothing to find.
-        if self._conn is None and self.state_db_path.exists():
-            # as_uri() percent-encodes: HERMES_HOME may hold spaces, "?" or "#".
-            uri = f"{self.state_db_path.resolve().as_uri()}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            conn.execute("PRAGMA query_only = 1")
-            self._conn = conn
+        if self._conn is None:
+            self._conn = state_db.open_readonly(self.state_db_path)
         return self._conn
 
     def _has_trigram(self, conn: sqlite3.Connection) -> bool:
         if self._trigram is None:
-            row = conn.execute(
-                "SELECT 1 FROM sqlite_master WHERE name = 'messages_fts_trigram'"
-            ).fetchone()
-            self._trigram = row is not None
+            self._trigram = state_db.has_trigram_index(conn)
         return self._trigram
 
     def search(
@@ -168,7 +139,7 @@ class SearchIndex:
                     return []
                 if mode == "auto" and not parsed.has_cjk:
                     expr = parsed.word_match()
-                    hits = self._fts(conn, "messages_fts", expr, where, limit) if expr else []
+                    hits = self._fts(conn, FTS_WORDS, expr, where, limit) if expr else []
                     if hits:
                         return hits
                 return self._substring(conn, parsed, where, limit)
@@ -185,63 +156,46 @@ class SearchIndex:
         chat_id: str | None,
         thread_id: str | None,
         channel_resolver: ChannelResolver | None,
-    ) -> _Where | None:
-        where = _Where()
-        where.add("s.source = ?", self.platform)
-        where.add("m.active = 1")  # rewound (undone) rows are not part of the history
-        roles = parsed.roles or ("user", "assistant")
-        where.add(f"m.role IN ({', '.join('?' for _ in roles)})", *roles)
-        where.add("s.chat_id IS NOT NULL AND m.content IS NOT NULL AND m.content != ''")
+    ) -> SearchFilter | None:
+        chats: list[str] | None = None
         if scope == "chat":
-            where.add("s.chat_id = ?", chat_id)
-            if thread_id:
-                where.add("s.thread_id = ?", thread_id)
+            chats = [str(chat_id)]
         if parsed.channels:
-            chats: list[str] = []
+            named: list[str] = []
             for name in parsed.channels:
                 found = channel_resolver(name) if channel_resolver else [name]
-                chats.extend(c for c in found if c not in chats)
-            if not chats:
+                named.extend(c for c in found if c not in named)
+            if not named:
                 return None  # a channel that does not exist holds no messages
-            where.add(f"s.chat_id IN ({', '.join('?' for _ in chats)})", *chats)
-        return where
+            chats = named if chats is None else [c for c in chats if c in named]
+            if not chats:
+                return None
+        return state_db.search_filter(
+            self.platform,
+            parsed.roles or ("user", "assistant"),
+            chat_ids=chats,
+            thread_id=thread_id if scope == "chat" else None,
+        )
 
     def _substring(
-        self, conn: sqlite3.Connection, parsed: ParsedQuery, where: _Where, limit: int
+        self, conn: sqlite3.Connection, parsed: ParsedQuery, where: SearchFilter, limit: int
     ) -> list[SearchHit]:
         expr = parsed.trigram_match()
         if expr is not None and self._has_trigram(conn):
-            narrowed = where.like_all(parsed.short_terms)
-            return self._fts(conn, "messages_fts_trigram", expr, narrowed, limit)
-        return self._like(conn, parsed.terms, where.like_all(parsed.terms), limit)
+            narrowed = where.containing_all(parsed.short_terms)
+            return self._fts(conn, FTS_TRIGRAM, expr, narrowed, limit)
+        return self._like(conn, parsed.terms, where.containing_all(parsed.terms), limit)
 
     def _fts(
-        self, conn: sqlite3.Connection, table: str, expr: str, where: _Where, limit: int
+        self, conn: sqlite3.Connection, table: str, expr: str, where: SearchFilter, limit: int
     ) -> list[SearchHit]:
-        rows = conn.execute(
-            f"""SELECT m.id, s.chat_id, s.thread_id, m.role,
-                       snippet({table}, 0, '[', ']', '…', {SNIPPET_TOKENS[table]}),
-                       m.timestamp, m.session_id, {table}.rank
-                FROM {table}
-                JOIN messages m ON m.id = {table}.rowid
-                JOIN sessions s ON s.id = m.session_id
-                WHERE {table} MATCH ? AND {where.sql}
-                ORDER BY {table}.rank LIMIT ?""",
-            [expr, *where.params, limit],
-        ).fetchall()
-        return [_hit(tuple(row)) for row in rows]
+        rows = state_db.fts_rows(conn, table, expr, where, limit, SNIPPET_TOKENS[table])
+        return [_hit(row) for row in rows]
 
     def _like(
-        self, conn: sqlite3.Connection, terms: Sequence[str], where: _Where, limit: int
+        self, conn: sqlite3.Connection, terms: Sequence[str], where: SearchFilter, limit: int
     ) -> list[SearchHit]:
-        rows = conn.execute(
-            f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
-                       m.timestamp, m.session_id, 0.0
-                FROM messages m JOIN sessions s ON s.id = m.session_id
-                WHERE {where.sql}
-                ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
-            [*where.params, limit],
-        ).fetchall()
+        rows = state_db.newest_rows(conn, where, limit)
         return [_hit((*row[:4], like_snippet(str(row[4]), terms), *row[5:])) for row in rows]
 
 

@@ -1,9 +1,10 @@
 """The `android` platform adapter: a thin shell between Hermes and the Controller.
 
-Hermes calls these methods on its event loop; each turns into a controller call. The
-adapter also implements the AgentPort through which the controller reaches Hermes; its
-media send methods (files stored as attachments) are `adapter_media.MediaSendsMixin`.
-Hermes types come from `hermes_bridge`, the one module that imports Hermes.
+Hermes calls these methods on its event loop; each turns into a controller call. Here:
+the lifecycle (connect, the embedded edge, disconnect) and text, typing and processing
+events. The decisions Hermes waits for are `adapter_decisions.DecisionSendsMixin`, the
+AgentPort through which the controller reaches Hermes is `agent_port.AgentPortMixin`, the
+media sends (files stored as attachments) are `adapter_media.MediaSendsMixin`.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from typing import Any
 
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
-from canonical.protocol import new_id, now_iso
+from canonical.protocol import now_iso
 from canonical.sentinel import bus_url_for_display
 from canonical.settings import GatewaySettings, require_token
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.controller import Controller
 from gateway_plugin.hermes import bridge as hb
+from gateway_plugin.hermes import contract, hooks, state_db
+from gateway_plugin.hermes import runner as hr
+from gateway_plugin.hermes.adapter_decisions import DecisionSendsMixin
 from gateway_plugin.hermes.adapter_media import MediaSendsMixin
+from gateway_plugin.hermes.agent_port import AgentPortMixin
 from gateway_plugin.shutdown import UNBOUNDED, Deadline, disconnect_budget
 
 log = logging.getLogger("hdg.plugin")
@@ -34,7 +39,12 @@ Lane = tuple[str, str | None]
 SendResult = hb.SendResult
 
 
-class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[misc]
+class AndroidAdapter(
+    DecisionSendsMixin,
+    AgentPortMixin,
+    MediaSendsMixin,
+    hb.BasePlatformAdapter,  # type: ignore[misc]
+):
     """The `android` platform: Hermes on one side, the device bus on the other."""
 
     SUPPORTS_MESSAGE_EDITING = True
@@ -59,6 +69,8 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
 
     # -- lifecycle
     async def connect(self, *, is_reconnect: bool = False) -> bool:
+        if not self._hermes_supported():
+            return False
         settings = self.hdg_settings
         try:
             token = require_token(settings)
@@ -100,7 +112,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         store = getattr(self, "_session_store", None)
         try:
             kept_out = await asyncio.to_thread(
-                hb.keep_resumes_of, store, self.controller.unfinished_lanes()
+                hr.keep_resumes_of, store, self.controller.unfinished_lanes()
             )
         except Exception:
             log.exception("could not narrow Hermes' start-up resume to unfinished runs")
@@ -112,12 +124,30 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
             await self.controller.stop()
             self.controller = None
             return False
-        hb.ADAPTERS.append(self)
+        hooks.ADAPTERS.append(self)
         if settings.allow_all_users:
             log.warning(
                 "ANDROID_ALLOW_ALL_USERS is on: any device with the token may connect (dev only)"
             )
         self._mark_connected()
+        return True
+
+    def _hermes_supported(self) -> bool:
+        """The Hermes internals of `contract` against this Hermes and the live objects it
+        wired in (getattr only, no I/O). A missing load-bearing one stops the platform
+        with one error line; any other switches its feature off (logged)."""
+        contract.reset()
+        state_db.forget_schema_checks()
+        mismatches = contract.check(
+            adapter=self, runner=self.runner, session_store=getattr(self, "_session_store", None)
+        )
+        try:
+            contract.apply(mismatches)
+        except contract.HermesUnsupported as exc:
+            report = getattr(self, "_set_fatal_error", None)  # itself on the list
+            if callable(report):
+                report("hermes_unsupported", str(exc), retryable=False)
+            return False
         return True
 
     async def _start_embedded_edge(self, settings: GatewaySettings, bus: Any) -> bool:
@@ -172,8 +202,8 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         if self._locked is not None:
             hb.release_locks(*self._locked)
             self._locked = None
-        if self in hb.ADAPTERS:
-            hb.ADAPTERS.remove(self)
+        if self in hooks.ADAPTERS:
+            hooks.ADAPTERS.remove(self)
         self._mark_disconnected()
 
     # -- lanes
@@ -294,257 +324,6 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
         self.controller.on_processing_complete(
             lane, (event.metadata or {}).get("hdg_run_id"), outcome.value
         )
-
-    # -- decisions Hermes waits for
-    async def send_exec_approval(
-        self,
-        chat_id: str,
-        command: str,
-        session_key: str,
-        description: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        allow_permanent: bool = True,
-        smart_denied: bool = False,
-        **_: Any,
-    ) -> Any:
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        self.controller.desk.on_approval_request(
-            lane, session_key, command, description or "", bool(allow_permanent)
-        )
-        return SendResult(success=True, message_id=f"approval-{new_id(6)}")
-
-    async def send_clarify(
-        self,
-        chat_id: str,
-        question: str,
-        choices: Any,
-        clarify_id: str,
-        session_key: str,
-        metadata: dict[str, Any] | None = None,
-        **_: Any,
-    ) -> Any:
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        listed = [str(c) for c in choices] if choices else None
-        self.controller.desk.on_clarify_request(lane, session_key, clarify_id, question, listed)
-        return SendResult(success=True, message_id=f"clarify-{clarify_id}")
-
-    async def send_slash_confirm(
-        self,
-        chat_id: str,
-        title: str,
-        message: str,
-        session_key: str,
-        confirm_id: str,
-        metadata: dict[str, Any] | None = None,
-        **_: Any,
-    ) -> Any:
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        self.controller.desk.on_picker(
-            lane,
-            "confirm",
-            session_key,
-            {"title": title, "message": message, "choices": ["once", "always", "cancel"]},
-            None,
-            confirm_id,
-        )
-        return SendResult(success=True, message_id=f"confirm-{confirm_id}")
-
-    async def send_model_picker(
-        self,
-        chat_id: str,
-        providers: list[dict[str, Any]],
-        current_model: str,
-        current_provider: str,
-        session_key: str,
-        on_model_selected: Any,
-        metadata: dict[str, Any] | None = None,
-        **_: Any,
-    ) -> Any:
-        capture = self._captures.pop(session_key, None)
-        payload = {
-            "providers": await asyncio.to_thread(hb.probe_current_endpoint, list(providers)),
-            "current_model": current_model,
-            "current_provider": current_provider,
-        }
-        if capture is not None and not capture.done():
-            # models.list asked Hermes for its credential-aware picker data.
-            capture.set_result(payload)
-            return SendResult(success=True, message_id="capture")
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        self.controller.desk.on_picker(lane, "model", session_key, payload, on_model_selected)
-        return SendResult(success=True, message_id=f"picker-{new_id(6)}")
-
-    async def send_choice_picker(
-        self,
-        chat_id: str,
-        title: str,
-        choices: list[Any],
-        session_key: str,
-        on_choice_selected: Any,
-        metadata: dict[str, Any] | None = None,
-        **_: Any,
-    ) -> Any:
-        lane = self._lane(chat_id, metadata) if self.controller else None
-        if self.controller is None or lane is None:
-            return SendResult(success=False, error="android adapter is not connected")
-        self.controller.desk.on_picker(
-            lane, "choice", session_key, {"title": title, "choices": choices}, on_choice_selected
-        )
-        return SendResult(success=True, message_id=f"picker-{new_id(6)}")
-
-    # -- AgentPort: the controller reaching Hermes
-    @property
-    def runner(self) -> Any:
-        return getattr(self, "gateway_runner", None)
-
-    async def wait_ready(self) -> None:
-        for _ in range(1200):
-            runner = self.runner
-            if runner is not None and not getattr(runner, "_startup_restore_in_progress", False):
-                return
-            await asyncio.sleep(0.05)
-
-    async def submit(
-        self,
-        lane: Lane,
-        text: str,
-        *,
-        user_id: str,
-        user_name: str,
-        run_id: str | None,
-        chat_name: str,
-        media_urls: list[str] | None = None,
-        media_types: list[str] | None = None,
-    ) -> None:
-        source = self.build_source(
-            chat_id=lane[0],
-            chat_name=chat_name,
-            chat_type="dm",
-            user_id=user_id,
-            user_name=user_name,
-            thread_id=lane[1],
-        )
-        kind = hb.MessageType.COMMAND if text.lstrip().startswith("/") else hb.MessageType.TEXT
-        event = hb.MessageEvent(
-            text=text,
-            message_type=kind,
-            source=source,
-            message_id=new_id(8),
-            metadata={"hdg_run_id": run_id} if run_id else {},
-            media_urls=list(media_urls or []),
-            media_types=list(media_types or []),
-        )
-        await self.handle_message(event)
-
-    async def stage_media(self, source: Path, filename: str, mime_type: str) -> tuple[str, str]:
-        return await asyncio.to_thread(hb.stage_media_file, source, filename, mime_type)
-
-    async def interrupt(self, lane: Lane, *, user_id: str) -> None:
-        """Hermes' own interrupt signal for the lane's session: its turn hands it to the
-        agent as soon as there is one, so a turn not started yet starts interrupted and
-        calls neither the model nor a tool; a running tool is killed. The turn then ends
-        the normal way, after what it was doing. (`/stop` would abandon the turn instead:
-        before the agent exists it stops nothing, and a tool it kills ends after it.)"""
-        await self.interrupt_session_activity(
-            self.session_key(lane), lane[0], metadata={"thread_id": lane[1]} if lane[1] else None
-        )
-
-    async def stop_hard(self, lane: Lane, *, user_id: str) -> bool:
-        """Hermes' /stop, for a turn that ignores its interrupt; False (nothing sent) while
-        the turn has no agent yet, which /stop could not reach."""
-        if not hb.agent_running(self.runner, self.session_key(lane)):
-            return False
-        await self.submit(
-            lane, "/stop", user_id=user_id, user_name=user_id, run_id=None, chat_name=lane[0]
-        )
-        return True
-
-    def delete_transcript(self, lane: Lane) -> int:
-        assert self.controller is not None
-        return hb.delete_sessions(
-            [session["id"] for session in self.controller.transcript.sessions(lane)]
-        )
-
-    def session_key(self, lane: Lane) -> str:
-        return hb.session_key_for(self.runner, self.source_for(lane))
-
-    def _command_event(self, lane: Lane, text: str) -> Any:
-        return hb.MessageEvent(
-            text=text,
-            message_type=hb.MessageType.COMMAND,
-            source=self.source_for(lane),
-            message_id=new_id(8),
-        )
-
-    async def model_picker_data(self, lane: Lane) -> dict[str, Any]:
-        """Hermes' own credential-aware picker data, as its /model command builds it."""
-        key = self.session_key(lane)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._captures[key] = future
-        try:
-            text = await hb.run_model_command(self.runner, self._command_event(lane, "/model"))
-            if not future.done():
-                raise RuntimeError(f"Hermes offered no model picker: {text[:200]}")
-            return future.result()
-        finally:
-            self._captures.pop(key, None)
-
-    def model_state(self, lane: Lane) -> tuple[str, str, str]:
-        return hb.model_state(self.runner, self.session_key(lane))
-
-    async def set_model(self, lane: Lane, model: str, provider: str | None, scope: str) -> str:
-        flags = f" --provider {provider}" if provider else ""
-        flags += " --global" if scope == "global" else " --session"
-        return await hb.run_model_command(
-            self.runner, self._command_event(lane, f"/model {model}{flags}")
-        )
-
-    def reasoning_state(self, lane: Lane) -> tuple[str | None, bool, str]:
-        return hb.reasoning_state(self.runner, self.source_for(lane), self.session_key(lane))
-
-    async def set_reasoning(self, lane: Lane, effort: str, scope: str) -> str:
-        suffix = " --global" if scope == "global" else ""
-        return await hb.run_reasoning_command(
-            self.runner, self._command_event(lane, f"/reasoning {effort}{suffix}")
-        )
-
-    def resolve_approval(self, session_key: str, choice: str, reason: str | None) -> int:
-        return hb.resolve_approval(session_key, choice, reason)
-
-    def resolve_clarify(self, clarify_id: str, response: str) -> bool:
-        return hb.resolve_clarify(clarify_id, response)
-
-    async def resolve_confirm(self, session_key: str, confirm_id: str, choice: str) -> str | None:
-        return await hb.resolve_confirm(session_key, confirm_id, choice)
-
-    def set_yolo(self, session_key: str, enabled: bool) -> None:
-        hb.set_yolo(session_key, enabled)
-
-    def yolo_enabled(self, session_key: str) -> bool:
-        return hb.yolo_enabled(session_key)
-
-    def reasoning_efforts(self) -> list[str]:
-        return list(hb.REASONING_EFFORTS)
-
-    def cron_jobs(self) -> list[dict[str, Any]]:
-        return hb.cron_jobs()
-
-    async def generate_title(self, user_message: str, assistant_response: str) -> str | None:
-        return await hb.generate_title(user_message, assistant_response)
-
-    async def create_handoff_thread(self, parent_chat_id: str, name: str) -> str | None:
-        """Hermes opens a named thread (e.g. a continuable cron job): a real thread lane."""
-        if self.controller is None:
-            return None
-        return self.controller.create_thread(parent_chat_id, name)
 
 
 __all__ = ["AndroidAdapter", "now_iso"]

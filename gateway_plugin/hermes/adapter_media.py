@@ -5,7 +5,7 @@ default (`BasePlatformAdapter`'s text fallback).
 The signatures are those of Hermes' `BasePlatformAdapter` (Hermes calls them with keyword
 arguments): the four local-file methods take theirs from it, so they cannot drift. Which
 kind each produces is `delivery.MEDIA_KINDS`, shared with a CLI cron run's deliveries.
-Hermes types come from `hermes_bridge`, the one module that imports Hermes.
+Hermes types come from `bridge`; Hermes' file checks from `files`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from gateway_plugin.attachments import flow as attachment_flow
 from gateway_plugin.attachments import registry as attachments
 from gateway_plugin.delivery.cron import MEDIA_KINDS
 from gateway_plugin.hermes import bridge as hb
+from gateway_plugin.hermes import files
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -82,7 +83,7 @@ class MediaSendsMixin:
         lane = self._lane(chat_id, metadata) if self.controller else None
         if self.controller is None or lane is None:
             return None
-        source = Path(path) if checked else hb.deliverable_path(str(path))
+        source = Path(path) if checked else files.deliverable_path(str(path))
         if source is None:
             log.warning("android: refusing to deliver a file Hermes does not allow")
             return None
@@ -119,7 +120,7 @@ class MediaSendsMixin:
         ``send_animation`` comes here too."""
         result = None
         try:
-            fetched = await hb.fetch_image(image_url)
+            fetched = await files.fetch_image(image_url)
         except Exception as exc:
             log.info("android: image URL not fetched (%s); sending it as text", type(exc).__name__)
         else:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from canonical.protocol import iso_from_unix
+from gateway_plugin.hermes import state_db
 
 Json = dict[str, Any]
 Lane = tuple[str, str | None]
@@ -29,30 +30,23 @@ class Turn:
 
 
 class Transcript:
+    """A lane's history in state.db: every statement is `state_db`'s."""
+
     def __init__(self, state_db: Path, platform: str = "android") -> None:
         self.state_db = state_db
         self.platform = platform
 
     def _connect(self) -> sqlite3.Connection | None:
-        if not self.state_db.exists():
-            return None
-        conn = sqlite3.connect(f"file:{self.state_db}?mode=ro", uri=True, timeout=5.0)
-        conn.row_factory = sqlite3.Row
-        return conn
+        return state_db.open_readonly(self.state_db)
 
     def sessions(self, lane: Lane) -> list[Json]:
         conn = self._connect()
         if conn is None:
             return []
         try:
-            rows = conn.execute(
-                "SELECT id, started_at, ended_at FROM sessions WHERE source = ? AND chat_id = ? "
-                "AND thread_id IS ? ORDER BY started_at",
-                (self.platform, lane[0], lane[1]),
-            ).fetchall()
+            return state_db.lane_sessions(conn, self.platform, lane)
         finally:
             conn.close()
-        return [dict(row) for row in rows]
 
     def latest(self, lane: Lane) -> tuple[str | None, str | None]:
         """(session_id, last_active ISO) of the lane's newest session."""
@@ -60,17 +54,12 @@ class Transcript:
         if conn is None:
             return None, None
         try:
-            row = conn.execute(
-                "SELECT s.id, (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) AS last "
-                "FROM sessions s WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
-                "ORDER BY s.started_at DESC LIMIT 1",
-                (self.platform, lane[0], lane[1]),
-            ).fetchone()
+            session_id, last = state_db.latest_session(conn, self.platform, lane)
         finally:
             conn.close()
-        if row is None:
+        if session_id is None:
             return None, None
-        return str(row["id"]), iso_from_unix(row["last"])
+        return session_id, iso_from_unix(last)
 
     def turn_since(self, lane: Lane, since: float) -> Turn | None:
         """What Hermes stored for this lane's turn that started at `since`; None when
@@ -80,7 +69,7 @@ class Transcript:
             if conn is None:
                 return None
             try:
-                return _turn_rows(conn, self.platform, lane, since)
+                return turn_of(state_db.turn_rows(conn, self.platform, lane, since))
             finally:
                 conn.close()
         except sqlite3.Error:
@@ -100,37 +89,37 @@ class Transcript:
         if conn is None:
             return []
         try:
-            rows = conn.execute(
-                "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
-                "JOIN sessions s ON s.id = m.session_id "
-                "WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
-                "AND m.role IN ('user', 'assistant') AND m.active = 1 ORDER BY m.id",
-                (self.platform, lane[0], lane[1]),
-            ).fetchall()
+            rows = state_db.lane_messages(conn, self.platform, lane)
         finally:
             conn.close()
-        merged: list[Json] = []
-        for row in rows:
-            text = row["content"] or ""
-            if row["role"] == "assistant":
-                if not text.strip():
-                    continue
-                if merged and merged[-1]["role"] == "assistant":
-                    merged[-1]["text"] += text
-                    merged[-1]["ts"] = iso_from_unix(row["timestamp"])
-                    merged[-1]["rows"].append(row["id"])
-                    continue
-            merged.append(
-                {
-                    "message_id": f"m{row['id']}",
-                    "role": row["role"],
-                    "text": text,
-                    "ts": iso_from_unix(row["timestamp"]),
-                    "rows": [row["id"]],
-                    "at": float(row["timestamp"] or 0.0),
-                }
-            )
-        return merged
+        return merge(rows)
+
+
+def merge(rows: list[Json]) -> list[Json]:
+    """Display messages from transcript rows: assistant texts between two user messages
+    become one message; blank assistant rows (tool calls) are dropped."""
+    merged: list[Json] = []
+    for row in rows:
+        text = row["content"] or ""
+        if row["role"] == "assistant":
+            if not text.strip():
+                continue
+            if merged and merged[-1]["role"] == "assistant":
+                merged[-1]["text"] += text
+                merged[-1]["ts"] = iso_from_unix(row["timestamp"])
+                merged[-1]["rows"].append(row["id"])
+                continue
+        merged.append(
+            {
+                "message_id": f"m{row['id']}",
+                "role": row["role"],
+                "text": text,
+                "ts": iso_from_unix(row["timestamp"]),
+                "rows": [row["id"]],
+                "at": float(row["timestamp"] or 0.0),
+            }
+        )
+    return merged
 
 
 def page(
@@ -160,18 +149,10 @@ def _num(message_id: str) -> int:
         return 0
 
 
-def _turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> Turn:
-    # Only rows written since the run started: its own turn (no slack, or the previous
-    # turn's reasoning, written a moment before, would be taken for this one's).
-    rows = conn.execute(
-        "SELECT m.role, m.tool_calls, "
-        "COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) AS reasoning "
-        "FROM messages m JOIN sessions s ON s.id = m.session_id "
-        "WHERE s.source = ? AND s.chat_id = ? AND s.thread_id IS ? "
-        "AND m.role IN ('user', 'assistant', 'tool') AND m.active = 1 AND m.timestamp >= ? "
-        "ORDER BY m.id",
-        (platform, lane[0], lane[1], since),
-    ).fetchall()
+def turn_of(rows: list[Json]) -> Turn:
+    """The turn made of its rows (`state_db.turn_rows`: only rows written since the run
+    started, its own turn; with slack, the previous turn's reasoning, written a moment
+    before, would be taken for this one's)."""
     reasoning = next((str(r["reasoning"]) for r in reversed(rows) if r["reasoning"]), None)
     last = rows[-1] if rows else None
     answered = (

@@ -70,12 +70,43 @@ def test_the_filter_masks_arguments_and_tracebacks(caplog: pytest.LogCaptureFixt
     assert "bad url" in text
 
 
-def test_install_redacts_every_record_created_afterwards(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("name", ["hdg.plugin", "gateway_plugin.channels.search", "edge.app"])
+def test_install_redacts_the_records_of_our_loggers(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
     logredact.install([SECRET])
     logredact.install()  # idempotent
-    with caplog.at_level(logging.WARNING, logger="some.library"):
-        logging.getLogger("some.library").warning("connecting with secret=%s", "abcdefghijkl")
-        logging.getLogger("some.library").warning("raw %s", SECRET)
+    with caplog.at_level(logging.WARNING, logger=name):
+        logging.getLogger(name).warning("connecting with secret=%s", "abcdefghijkl")
+        logging.getLogger(name).warning("raw %s", SECRET)
+        logging.getLogger(name).warning("sent %s", {"type": "message.send", "text": "a body"})
     assert "abcdefghijkl" not in caplog.text
     assert SECRET not in caplog.text
-    assert caplog.text.count(MASK) == 2
+    assert "a body" not in caplog.text
+    assert caplog.text.count(MASK) == 3
+
+
+def test_install_leaves_hermes_records_as_hermes_wrote_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logredact.install([SECRET])
+    hermes = logging.getLogger("gateway.run")
+    with caplog.at_level(logging.WARNING, logger="gateway.run"):
+        hermes.warning("message %s", {"role": "user", "content": "what Hermes logs"})
+    (record,) = [r for r in caplog.records if r.name == "gateway.run"]
+    assert record.msg == "message %s"
+    assert record.args == {"role": "user", "content": "what Hermes logs"}
+    assert "what Hermes logs" in caplog.text
+    assert MASK not in caplog.text
+
+
+def test_our_records_still_reach_stderr_when_logging_is_not_configured(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logredact.install()
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])  # no handler anywhere: Python's last resort
+    logging.getLogger("hdgctl.ops").warning("token=%s", "abcdefghijkl")
+    err = capsys.readouterr().err
+    assert f"token={MASK}" in err
+    assert "abcdefghijkl" not in err

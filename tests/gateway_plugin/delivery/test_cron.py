@@ -1,5 +1,5 @@
 """A cron run outside the gateway (gateway_plugin/delivery/cron.py through Hermes' standalone
-sender, `hermes_bridge.standalone_send`): its text and its media land in the outbox and
+sender, `gateway_plugin.hermes.cron_send.standalone_send`): its text and its media land in the outbox and
 the attachment registry the controller serves, on real files."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gateway_plugin.channels.store import ChannelDirectory
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes.bridge import PlatformConfig
+from gateway_plugin.hermes.cron_send import standalone_send
 
 Json = dict[str, Any]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
@@ -76,7 +77,7 @@ async def test_a_cli_cron_run_delivers_its_media_as_attachments_after_its_text(
     }
     media = [(_file(tmp_path, name, data), name == "note.ogg") for name, data in files.items()]
     media.append((str(tmp_path / "agent" / "vanished.png"), False))
-    result = await hb.standalone_send(None, "android:default", CRON_TEXT, media_files=media)
+    result = await standalone_send(None, "android:default", CRON_TEXT, media_files=media)
     assert result["success"] is True
 
     events = _events(home)
@@ -106,7 +107,7 @@ async def test_the_gateway_serves_what_a_cli_cron_run_stored(
     home: Path, tmp_path: Path, registry: AttachmentRegistry
 ) -> None:
     chart = _file(tmp_path, "chart.png", PNG)
-    await hb.standalone_send(None, "android:default", CRON_TEXT, media_files=[(chart, False)])
+    await standalone_send(None, "android:default", CRON_TEXT, media_files=[(chart, False)])
     added = _events(home)[-1]["attachment"]
     record = registry.get(added["attachment_id"])
     assert record is not None and record.kind == "image" and record.inline_image
@@ -116,14 +117,12 @@ async def test_the_gateway_serves_what_a_cli_cron_run_stored(
 
 async def test_force_document_and_an_unknown_target(home: Path, tmp_path: Path) -> None:
     chart = _file(tmp_path, "chart.png", PNG)
-    await hb.standalone_send(
+    await standalone_send(
         None, "android:default", CRON_TEXT, media_files=[(chart, False)], force_document=True
     )
     assert _events(home)[-1]["attachment"]["kind"] == "document"
     before = len(_events(home))
-    lost = await hb.standalone_send(
-        None, "android:chan_999", CRON_TEXT, media_files=[(chart, False)]
-    )
+    lost = await standalone_send(None, "android:chan_999", CRON_TEXT, media_files=[(chart, False)])
     assert "error" in lost and len(_events(home)) == before
 
 
@@ -157,7 +156,7 @@ async def test_a_delivery_to_the_home_marker_lands_in_the_configured_home_channe
 ) -> None:
     monkeypatch.delenv("ANDROID_HOME_CHANNEL")
     config = PlatformConfig(enabled=True, extra={"home_channel": "android:yaml"})
-    result = await hb.standalone_send(config, hb.HOME_TARGET, CRON_TEXT)
+    result = await standalone_send(config, hb.HOME_TARGET, CRON_TEXT)
     assert result["success"] is True
     complete = next(e for e in _events(home) if e["type"] == "message.complete")
     assert complete["lane"] == ["android:yaml", None] and complete["kind"] == "cron"

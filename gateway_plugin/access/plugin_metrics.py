@@ -1,0 +1,93 @@
+"""The plugin's Prometheus metrics: gauges of every running controller, and
+``ANDROID_METRICS_PORT``'s /metrics server (scaled mode)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from gateway_plugin.controller import Controller
+
+log = logging.getLogger("hdg.plugin.admin")
+
+# The running controllers of this process (admin.attach / admin.detach).
+_CONTROLLERS: weakref.WeakSet[Controller] = weakref.WeakSet()
+
+
+class _PluginCollector(Collector):
+    def collect(self) -> Iterator[Any]:
+        head = GaugeMetricFamily(
+            "hdg_plugin_outbox_head", "Cursor of the newest sequenced event.", labels=["tenant"]
+        )
+        queue = GaugeMetricFamily(
+            "hdg_plugin_publish_queue",
+            "Events sequenced but not yet published to the bus.",
+            labels=["tenant"],
+        )
+        runs = GaugeMetricFamily(
+            "hdg_plugin_active_runs", "Agent runs in progress.", labels=["tenant"]
+        )
+        devices = GaugeMetricFamily(
+            "hdg_plugin_devices", "Devices in the registry.", labels=["tenant", "state"]
+        )
+        for controller in list(_CONTROLLERS):
+            if not controller.running:
+                continue
+            tenant = controller.tenant
+            with contextlib.suppress(Exception):  # closing concurrently: skip this scrape
+                head.add_metric([tenant], controller.outbox.head())
+                queue.add_metric([tenant], controller._publish_queue.qsize())
+                runs.add_metric([tenant], len(controller.turns.runs))
+                for state, count in controller.devices.counts().items():
+                    devices.add_metric([tenant, state], count)
+        yield head
+        yield queue
+        yield runs
+        yield devices
+
+
+REGISTRY.register(_PluginCollector())
+
+
+class _MetricsServer:
+    """``ANDROID_METRICS_PORT``: the plugin's /metrics on its own port (scaled mode)."""
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start_if_configured(self) -> None:
+        raw = os.environ.get("ANDROID_METRICS_PORT", "").strip()
+        if not raw or self._server is not None:
+            return
+        from prometheus_client import start_http_server
+
+        host = os.environ.get("ANDROID_METRICS_HOST", "127.0.0.1").strip() or "127.0.0.1"
+        try:
+            self._server, self._thread = start_http_server(int(raw), addr=host)
+        except (OSError, ValueError) as exc:
+            log.error("plugin metrics not served on %s:%s: %s", host, raw, exc)
+            return
+        log.info("plugin metrics on http://%s:%s/metrics", host, raw)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            if self._thread is not None:
+                self._thread.join(5)
+            self._server = None
+            self._thread = None
+
+
+_metrics_server = _MetricsServer()

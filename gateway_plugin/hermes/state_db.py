@@ -1,0 +1,262 @@
+"""Every statement the plugin runs against Hermes' state.db, as plain functions.
+
+state.db is Hermes' file: its schema is Hermes' to change, so every SQL statement the
+plugin runs against it lives here, next to the schema check (`contract.STATE_DB_SCHEMA`).
+The readers take an open connection and return plain data; they are synchronous and
+blocking, so callers run them off the event loop. The file is opened read-only
+(``mode=ro``, ``query_only``): the plugin writes to it only through Hermes' own
+``SessionDB`` (:func:`delete_sessions`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from gateway_plugin.hermes import contract
+
+Json = dict[str, Any]
+Lane = tuple[str, str | None]
+
+FTS_WORDS: Final = "messages_fts"
+FTS_TRIGRAM: Final = "messages_fts_trigram"
+
+_schema_lock = threading.Lock()
+_schema_checked: set[Path] = set()
+
+
+def open_readonly(path: Path, *, timeout: float = 5.0) -> sqlite3.Connection | None:
+    """A read-only connection to state.db (rows as `sqlite3.Row`), or None while Hermes
+    has not created it or when its schema is not the one the readers expect (checked
+    on the first open of each file; the mismatch is logged once and history is off)."""
+    if not contract.enabled(contract.HISTORY) or not path.exists():
+        return None
+    # as_uri() percent-encodes: HERMES_HOME may hold spaces, "?" or "#".
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("PRAGMA query_only = 1")
+        with _schema_lock:
+            first = path not in _schema_checked
+        if first:
+            contract.apply(contract.check_schema(conn))
+            with _schema_lock:
+                _schema_checked.add(path)
+    except BaseException:
+        conn.close()
+        raise
+    if not contract.enabled(contract.HISTORY):
+        conn.close()
+        return None
+    return conn
+
+
+def forget_schema_checks() -> None:
+    """Check every state.db again on its next open (a new connect, a test)."""
+    with _schema_lock:
+        _schema_checked.clear()
+
+
+# -- a lane's sessions and messages
+_LANE = "s.source = ? AND s.chat_id = ? AND s.thread_id IS ?"
+
+
+def lane_sessions(conn: sqlite3.Connection, platform: str, lane: Lane) -> list[Json]:
+    """The lane's sessions (id, started_at, ended_at), oldest first."""
+    rows = conn.execute(
+        f"SELECT s.id, s.started_at, s.ended_at FROM sessions s WHERE {_LANE} "
+        "ORDER BY s.started_at",
+        (platform, lane[0], lane[1]),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def latest_session(
+    conn: sqlite3.Connection, platform: str, lane: Lane
+) -> tuple[str | None, float | None]:
+    """(id, unix time of its newest message) of the lane's newest session."""
+    row = conn.execute(
+        "SELECT s.id, (SELECT MAX(m.timestamp) FROM messages m WHERE m.session_id = s.id) "
+        f"AS last FROM sessions s WHERE {_LANE} ORDER BY s.started_at DESC LIMIT 1",
+        (platform, lane[0], lane[1]),
+    ).fetchone()
+    if row is None:
+        return None, None
+    return str(row["id"]), None if row["last"] is None else float(row["last"])
+
+
+def lane_messages(conn: sqlite3.Connection, platform: str, lane: Lane) -> list[Json]:
+    """Every live user and assistant row of the lane (id, role, content, timestamp,
+    reasoning), in transcript order."""
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        "AND m.role IN ('user', 'assistant') AND m.active = 1 ORDER BY m.id",
+        (platform, lane[0], lane[1]),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> list[Json]:
+    """The lane's live user, assistant and tool rows written at or after `since` (role,
+    tool_calls, reasoning: whichever of Hermes' two reasoning columns holds it)."""
+    rows = conn.execute(
+        "SELECT m.role, m.tool_calls, "
+        "COALESCE(NULLIF(m.reasoning, ''), NULLIF(m.reasoning_content, '')) AS reasoning "
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        "AND m.role IN ('user', 'assistant', 'tool') AND m.active = 1 AND m.timestamp >= ? "
+        "ORDER BY m.id",
+        (platform, lane[0], lane[1], since),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+# -- full-text search over Hermes' two FTS5 indexes of `messages` (rowid = messages.id)
+@dataclass
+class SearchFilter:
+    """The WHERE clause of a search, built from plain values; columns stay in here."""
+
+    clauses: list[str] = field(default_factory=list)
+    params: list[Any] = field(default_factory=list)
+
+    def add(self, clause: str, *params: Any) -> None:
+        self.clauses.append(clause)
+        self.params.extend(params)
+
+    def containing_all(self, terms: Sequence[str]) -> SearchFilter:
+        """This filter, narrowed to rows whose content holds every term (LIKE)."""
+        extra = SearchFilter(list(self.clauses), list(self.params))
+        for term in terms:
+            extra.add(r"m.content LIKE ? ESCAPE '\'", f"%{_escape_like(term)}%")
+        return extra
+
+    @property
+    def sql(self) -> str:
+        return " AND ".join(self.clauses)
+
+
+def search_filter(
+    platform: str,
+    roles: Sequence[str],
+    *,
+    chat_ids: Sequence[str] | None = None,
+    thread_id: str | None = None,
+) -> SearchFilter:
+    """Live, non-empty messages of `roles` on `platform`; in `chat_ids` (and `thread_id`)
+    when given."""
+    where = SearchFilter()
+    where.add("s.source = ?", platform)
+    where.add("m.active = 1")  # rewound (undone) rows are not part of the history
+    where.add(f"m.role IN ({', '.join('?' for _ in roles)})", *roles)
+    where.add("s.chat_id IS NOT NULL AND m.content IS NOT NULL AND m.content != ''")
+    if chat_ids is not None:
+        where.add(f"s.chat_id IN ({', '.join('?' for _ in chat_ids)})", *chat_ids)
+    if thread_id:
+        where.add("s.thread_id = ?", thread_id)
+    return where
+
+
+def _escape_like(term: str) -> str:
+    return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _tuples(conn: sqlite3.Connection) -> sqlite3.Cursor:
+    """A cursor returning plain tuples: search rows are many and read by position."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor
+
+
+def has_trigram_index(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (FTS_TRIGRAM,)).fetchone()
+    return row is not None
+
+
+SearchRow = tuple[Any, ...]  # (id, chat_id, thread_id, role, snippet|content, ts, session, rank)
+
+
+def fts_rows(
+    conn: sqlite3.Connection,
+    table: str,
+    expr: str,
+    where: SearchFilter,
+    limit: int,
+    snippet_tokens: int,
+) -> list[SearchRow]:
+    """Best-ranked matches of an FTS5 expression, with FTS5's snippet (``[`` ``]``)."""
+    if table not in (FTS_WORDS, FTS_TRIGRAM):
+        raise ValueError(f"not a state.db FTS5 index: {table!r}")
+    rows: list[SearchRow] = (
+        _tuples(conn)
+        .execute(
+            f"""SELECT m.id, s.chat_id, s.thread_id, m.role,
+                   snippet({table}, 0, '[', ']', '…', {int(snippet_tokens)}),
+                   m.timestamp, m.session_id, {table}.rank
+            FROM {table}
+            JOIN messages m ON m.id = {table}.rowid
+            JOIN sessions s ON s.id = m.session_id
+            WHERE {table} MATCH ? AND {where.sql}
+            ORDER BY {table}.rank LIMIT ?""",
+            [expr, *where.params, limit],
+        )
+        .fetchall()
+    )
+    return rows
+
+
+def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> list[SearchRow]:
+    """Newest matches of a plain filter, with the whole content and rank 0.0."""
+    rows: list[SearchRow] = (
+        _tuples(conn)
+        .execute(
+            f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
+                   m.timestamp, m.session_id, 0.0
+            FROM messages m JOIN sessions s ON s.id = m.session_id
+            WHERE {where.sql}
+            ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
+            [*where.params, limit],
+        )
+        .fetchall()
+    )
+    return rows
+
+
+# -- writes: through Hermes' own SessionDB only
+def delete_sessions(session_ids: list[str], db_path: Path | None = None) -> int:
+    """Delete Hermes sessions (transcript and messages) through Hermes' own SessionDB;
+    how many existed."""
+    contract.require(contract.HISTORY_DELETE)
+    from hermes_state import SessionDB
+
+    db = SessionDB() if db_path is None else SessionDB(db_path=db_path)
+    deleted = 0
+    try:
+        for session_id in session_ids:
+            if db.delete_session(session_id):
+                deleted += 1
+    finally:
+        db.close()
+    return deleted
+
+
+__all__ = [
+    "FTS_TRIGRAM",
+    "FTS_WORDS",
+    "SearchFilter",
+    "delete_sessions",
+    "forget_schema_checks",
+    "fts_rows",
+    "has_trigram_index",
+    "lane_messages",
+    "lane_sessions",
+    "latest_session",
+    "newest_rows",
+    "open_readonly",
+    "search_filter",
+    "turn_rows",
+]
