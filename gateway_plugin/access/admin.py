@@ -39,6 +39,7 @@ from pydantic import SecretStr
 from canonical import logredact
 from canonical.bus import token_digest
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from canonical.protocol import error_body
 from gateway_plugin.access.devices import Hello
 
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.admin")
 
-Json = dict[str, Any]
 
 ADMIN_TOKEN_FILE = "admin.token"
 CLOSE_UNAUTHORIZED = 4401

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from canonical.bus import token_digest
+from canonical.model import Json
 from canonical.protocol import MAX_TEXT_CHARS
 from edge.dialects.iris import IrisDialect
 from edge.errors import FrameRejected
@@ -26,7 +27,6 @@ from .dialect_events import (
     a_user_echo,
 )
 
-Json = dict[str, Any]
 iris = IrisDialect()
 CHAT = "android:default"
 GOOD_TOKEN = "A" * 16 + "b._~-" + "9" * 11  # 32 characters of the allowed alphabet

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from canonical.model import Json
 from canonical.protocol import MAX_TEXT_CHARS, PHEBY_ERROR_CODES
 from edge.dialects import detect
 from edge.dialects.pheby import APPROVAL_CHOICES, REASONING_EFFORTS, PhebyDialect
@@ -25,7 +26,6 @@ from .dialect_events import (
     an_entry,
 )
 
-Json = dict[str, Any]
 pheby = PhebyDialect()
 
 

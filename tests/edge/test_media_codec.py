@@ -4,16 +4,15 @@ limits, and `attachment.added` encodes to pheby's event and iris' `media.offer`.
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 import pytest
 
 from canonical.attachments import CHUNK_MAX_BYTES, PULL_HEADER
+from canonical.model import Json
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
 from edge.errors import FrameRejected
 
-Json = dict[str, Any]
 IRIS = IrisDialect()
 PHEBY = PhebyDialect()
 ID = "0123456789abcdef0123456789abcdef"

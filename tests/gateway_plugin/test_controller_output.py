@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
-from tests.gateway_plugin.plugin_parts import IdleAgent
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
+from tests.gateway_plugin.plugin_parts import IdleAgent
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
-Json = dict[str, Any]
 CRON_TEXT = "Cronjob Response: nightly\n(job_id: j1)\n-------------\n\nthe report"
 HOME = ("android:default", None)
 
