@@ -192,7 +192,7 @@ AttachmentArgs = Json
 A = TypeVar("A")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CommandSpec(Generic[A]):
     """A canonical command's name, typed with its argument shape ``A``."""
 
