@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from canonical.model import Json
+from edge.dialects.iris import IrisDialect
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
@@ -56,21 +57,22 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
     assert len(_outbox(rig)) == before
 
 
-def _command(cmd: str, request_id: str, **args: Any) -> Json:
-    """An iris device's command as its edge puts it on the bus."""
+def _command(kind: str, request_id: str, **fields: Any) -> Json:
+    """An iris device's frame as its edge puts it on the bus: a canonical command."""
+    decoded = IrisDialect().decode({"type": kind, **fields})
     return {
-        "cmd": cmd,
+        "cmd": decoded["cmd"],
         "edge": "e1",
         "conn": f"c-{request_id}",
         "dialect": "iris",
         "device_id": "phone",
         "request_id": request_id,
-        "args": args,
+        "args": decoded["args"],
     }
 
 
-def _history(chat_id: str, request_id: str, **args: Any) -> Json:
-    return _command("history", request_id, chat_id=chat_id, thread_id=None, limit=50, **args)
+def _history(chat_id: str, request_id: str, **fields: Any) -> Json:
+    return _command("history", request_id, chat_id=chat_id, limit=50, **fields)
 
 
 async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None:
@@ -111,7 +113,7 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         controller.channels.set_default("android:default")
         lane = (thread.chat_id, thread.thread_id)
         controller.emit(controller.turns.accept(lane, thread.conversation_id)[1])
-        await rig.submit(_command("channel.delete", "d1", chat_id=channel.chat_id, thread_id=None))
+        await rig.submit(_command("channel.delete", "d1", chat_id=channel.chat_id))
         await rig.replies_for(1)
         assert agent.stopped == [lane]
         deleted = [
@@ -142,7 +144,6 @@ def _send(text: str, client_id: str) -> Json:
         "message.send",
         client_id,
         chat_id="android:default",
-        thread_id=None,
         text=text,
         client_id=client_id,
     )
@@ -155,14 +156,14 @@ async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
     rig: _Rig = await make_rig(agent=agent)
     try:
         await rig.submit(_send("first", "c1"))
-        await rig.replies_for(1)  # message.ack: the send is stored
+        await rig.replies_for(1)  # send.accepted: the send is stored
         finished = [e for e in _outbox(rig) if e["type"] == "run.finished"]
         assert [f["status"] for f in finished] == ["failed"] and "send it again" in finished[0][
             "error"
         ]
         await rig.submit(_send("second", "c2"))
         replies = await rig.replies_for(2)
-        assert replies[1]["body"]["type"] == "message.ack"  # not run_active
+        assert replies[1]["body"]["type"] == "send.accepted"  # not run_active
         assert agent.taken == ["(refused)", "second"]
     finally:
         await rig.controller.stop()
