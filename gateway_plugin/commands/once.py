@@ -40,8 +40,6 @@ READ_REPLIES = frozenset(
     {
         "attachment.found",
         "channel.list",
-        "conversation.history",
-        "conversation.snapshot",
         "history",
         "model.current",
         "models.snapshot",

@@ -91,13 +91,13 @@ def test_bad_media_frames_are_refused_with_bad_request(frame: Json) -> None:
     assert refused.value.code == "bad_request"
 
 
-def test_message_send_carries_media_refs_only_when_given() -> None:
+def test_message_send_carries_media_refs_as_the_sends_attachments() -> None:
     plain = IRIS.decode({"type": "message.send", "chat_id": "c", "text": "t", "client_id": "x"})
-    assert "media_refs" not in plain["args"]
+    assert plain["args"]["attachment_ids"] == []
     with_refs = IRIS.decode(
         {"type": "message.send", "chat_id": "c", "text": "t", "client_id": "x", "media_refs": [ID]}
     )
-    assert with_refs["args"]["media_refs"] == [ID]
+    assert with_refs["args"]["attachment_ids"] == [ID]
 
 
 def test_attachment_added_is_media_offer_for_iris_and_the_spec_event_for_pheby() -> None:

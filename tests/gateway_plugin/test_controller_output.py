@@ -14,6 +14,7 @@ import pytest
 
 from canonical.model import Json
 from edge.dialects.iris import IrisDialect
+from edge.dialects.pheby import PhebyDialect
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
@@ -57,14 +58,15 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
     assert len(_outbox(rig)) == before
 
 
-def _command(kind: str, request_id: str, **fields: Any) -> Json:
-    """An iris device's frame as its edge puts it on the bus: a canonical command."""
-    decoded = IrisDialect().decode({"type": kind, **fields})
+def _command(frame_type: str, request_id: str, *, dialect: str = "iris", **fields: Any) -> Json:
+    """A device's frame as its edge puts it on the bus: a canonical command."""
+    codec = IrisDialect() if dialect == "iris" else PhebyDialect()
+    decoded = codec.decode({"type": frame_type, **fields})
     return {
         "cmd": decoded["cmd"],
         "edge": "e1",
         "conn": f"c-{request_id}",
-        "dialect": "iris",
+        "dialect": dialect,
         "device_id": "phone",
         "request_id": request_id,
         "args": decoded["args"],
@@ -289,8 +291,8 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
         await rig.submit(_command("channel.create", "t1", kind="thread", name="Topic"))
         replies = await rig.replies_for(4)
         in_work, in_old, created = (r["body"] for r in replies[1:])
-        assert in_work["type"] == "message.ack" and in_work["thread_id"] is not None
-        assert (in_old["type"], in_old["thread_id"]) == ("message.ack", None)
+        assert in_work["type"] == "send.accepted" and in_work["thread_id"] is not None
+        assert (in_old["type"], in_old["thread_id"]) == ("send.accepted", None)
         assert created["entry"]["parent_chat_id"] == work.chat_id
         assert agent.lanes == [(work.chat_id, in_work["thread_id"]), ("android:default", None)]
     finally:
@@ -355,10 +357,12 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
         controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         controller.channels.set_default(work.chat_id)
-        delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)
-        await rig.submit({**delete, "dialect": "pheby"})
+        delete = _command(
+            "conversation.delete", "x1", dialect="pheby", conversation_id=work.conversation_id
+        )
+        await rig.submit(delete)
         [reply] = await rig.replies_for(1)
-        assert reply["body"]["type"] == "conversation.deleted"
+        assert reply["body"]["type"] == "result" and reply["body"]["op"] == "channel.delete"
         assert agent.forgotten == [(work.chat_id, None)]
         assert not controller.channels.lane_for(work.chat_id, None).archived
     finally:

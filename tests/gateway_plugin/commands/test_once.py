@@ -365,7 +365,7 @@ async def test_answers_to_reads_are_not_kept_only_those_to_changes(
     await edge.listen()
     plugin = await start_plugin(server.url)
     await edge.submit("channel.list", "l1")
-    await edge.submit("conversation.list", "l2")
+    await edge.submit("history", "l2", chat_id=HOME)
     await edge.submit("channel.create", "c1", name="Trips")
 
     async def answered() -> bool:
