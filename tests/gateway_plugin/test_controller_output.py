@@ -285,9 +285,15 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
         assert announced == [("android:default", False), (work.chat_id, True)]
         # Auto-threading follows the default: a thread in Work, a flat send in the old one.
         for chat_id, client_id in ((work.chat_id, "c-w"), ("android:default", "c-d")):
-            frame = _send("plan the trip", client_id)
-            frame["args"].update(chat_id=chat_id, auto_thread=True)
-            await rig.submit(frame)
+            send = _command(
+                "message.send",
+                client_id,
+                chat_id=chat_id,
+                text="plan the trip",
+                client_id=client_id,
+                auto_thread=True,
+            )
+            await rig.submit(send)
         await rig.submit(_command("channel.create", "t1", kind="thread", name="Topic"))
         replies = await rig.replies_for(4)
         in_work, in_old, created = (r["body"] for r in replies[1:])
