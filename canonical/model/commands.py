@@ -13,8 +13,6 @@ from the dialect: a conversation id names only a live conversation, so an archiv
 is "not found"; a lane may be archived where that still makes sense (history, a cancel).
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypedDict, TypeVar, final
 

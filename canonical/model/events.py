@@ -5,16 +5,18 @@ once and encodes it once per dialect. Every event names its lane (``lane``, as a
 array) and the conversation that lane is (``conversation_id``): each codec keeps the one
 its dialect speaks. The shapes below are those of the events the codecs turn into
 frames; an event of any other type is passed on by a codec as it sees fit, or dropped.
-"""
 
-from __future__ import annotations
+(No ``from __future__ import annotations`` here: TypedDict reads ``NotRequired`` at run
+time, and tests check events against ``__required_keys__``.)
+"""
 
 from typing import Any, Literal, NotRequired, TypedDict
 
 
 class _Sequenced(TypedDict):
     lane: list[str | None]
-    conversation_id: str
+    # None only for a lane the channel store no longer knows (output after a delete).
+    conversation_id: str | None
     # Given by the outbox; absent only before an event is sequenced.
     cursor: NotRequired[int]
 
@@ -83,7 +85,20 @@ class ChannelChanged(_Sequenced):
 Event = RunAccepted | MessageStart | MessageDelta | MessageComplete | RunFinished | Typing
 """The run's events: what a codec must render exactly (the fan-out path)."""
 
+EVENT_SHAPES: dict[str, type] = {
+    "run.accepted": RunAccepted,
+    "message.start": MessageStart,
+    "message.delta": MessageDelta,
+    "message.complete": MessageComplete,
+    "run.finished": RunFinished,
+    "typing": Typing,
+    "channel.created": ChannelChanged,
+    "channel.renamed": ChannelChanged,
+    "channel.deleted": ChannelChanged,
+}
+
 __all__ = [
+    "EVENT_SHAPES",
     "ChannelChanged",
     "Event",
     "MessageComplete",

@@ -4,8 +4,6 @@ A codec renders each in its dialect's shape (``edge/dialects/``): the plugin nev
 a dialect's frame. A reply of a type not listed here reaches the device as it is.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal, NotRequired, TypedDict
 
 from .base import Json

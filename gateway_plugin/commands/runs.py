@@ -140,7 +140,7 @@ class CommandHandler:
             for e in self.c.channels.list(include_archived=False)
         ]
 
-    # -- iris session
+    # -- sessions and cursors
     async def cmd_hello(self, command: Json, args: cmds.HelloArgs) -> None:
         await hellos.answer(self.c, [command])
 
