@@ -19,7 +19,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+
+from canonical.model import Json
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -36,8 +37,6 @@ CPU_SERVER = "0"
 CPU_CLIENT = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HAVE_TASKSET = shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
-
-Json = dict[str, Any]
 
 
 # --------------------------------------------------------------------------- host facts

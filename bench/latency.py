@@ -21,7 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+
+from canonical.model import Json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -30,8 +31,6 @@ from bench.hermes_stack import edge_healthy, embedded_gateway, gateway_on_bus
 from canonical.client import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import EdgeProcess, RedisServer, ScriptedModel, stop_all
-
-Json = dict[str, Any]
 
 
 def ms(seconds: float) -> float:

@@ -21,13 +21,14 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json as Json  # re-exported: the bus implementations name it from here
+
 from .errors import SettingsError
 from .jsonenc import dumps_ascii
 
 if TYPE_CHECKING:
     from .redis_timeouts import RedisTimeouts
 
-Json = dict[str, Any]
 # handler(kind, tenant_or_edge, payload): kind is "event" (tenant channel) or "direct".
 BusHandler = Callable[[str, str, bytes], None]
 

@@ -11,7 +11,7 @@ from typing import Any
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-Json = dict[str, Any]
+from canonical.model import Json
 
 
 class DeviceClient:

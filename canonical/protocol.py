@@ -1,4 +1,5 @@
-"""The canonical model: what crosses the bus between edges and the plugin.
+"""The canonical model's constants: what crosses the bus between edges and the plugin
+(its typed shapes: ``canonical.model``).
 
 Commands (edge → plugin) and events (plugin → edges) are JSON objects. Events are
 device-visible and sequenced by the plugin: every one carries a monotonic ``cursor``
@@ -42,9 +43,6 @@ EV_TYPING = "typing"
 EV_CHANNEL_CREATED = "channel.created"
 EV_CHANNEL_RENAMED = "channel.renamed"
 EV_CHANNEL_DELETED = "channel.deleted"
-EV_CONVERSATION_UPDATED = "conversation.updated"
-EV_CONVERSATION_RENAMED = "conversation.renamed"
-EV_CONVERSATION_DELETED = "conversation.deleted"
 
 # Direct-reply envelope kinds (plugin → one connection).
 REPLY = "reply"

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -28,6 +28,7 @@ from starlette.routing import Route
 from canonical import attachments as spec
 from canonical.bus import Bus
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from canonical.protocol import LOCKOUT_FAILURES, LOCKOUT_WINDOW_S, new_id
 
 from . import metrics
@@ -36,7 +37,6 @@ from .hub import Hub
 
 log = logging.getLogger("hdg.edge.attachments")
 
-Json = dict[str, Any]
 FLUSH_BYTES = 1024 * 1024
 MAX_TOKEN_CHARS = 512
 NOT_FOUND_MESSAGE = "Attachment unavailable"

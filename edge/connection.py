@@ -13,8 +13,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
 
+from canonical.model import Json
 from canonical.protocol import COALESCABLE_EVENTS, now_iso
 
 from .delivery import ReplayGate
@@ -24,7 +24,6 @@ from .wire import OutFrame, Wire
 
 log = logging.getLogger("hdg.edge.conn")
 
-Json = dict[str, Any]
 SendText = Callable[[str], Awaitable[None]]
 SendBytes = Callable[[bytes], Awaitable[None]]
 CloseFn = Callable[[int, str], Awaitable[None]]

@@ -8,9 +8,8 @@ a duplicate and is dropped. Unsequenced frames (cursor 0: typing, control) pass 
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
-Json = dict[str, Any]
 P = TypeVar("P")
 
 

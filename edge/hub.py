@@ -12,10 +12,11 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.jsonenc import dumps
+from canonical.model import Json
 from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
 
 from . import metrics
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.edge.hub")
 
-Json = dict[str, Any]
 
 PRESENCE_TTL_S = 60.0
 REPLAY_PACE_S = 0.01

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from canonical import attachments as spec
+from canonical.model import Json
 from canonical.protocol import new_id, now_iso
 
 from .attachments import AttachmentStore, Refused, Stored
@@ -35,7 +36,6 @@ from .hub import encode
 
 log = logging.getLogger("hdg.edge.media")
 
-Json = dict[str, Any]
 PULL_QUEUE_FRAMES = 4  # binary frames queued ahead of the writer per pull
 MAX_PULLS_PER_CONNECTION = 4
 # Started, unfinished uploads per tenant (each holds files until it expires after a day).

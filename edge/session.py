@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import TooDeep, has_lone_surrogate, loads_bounded
+from canonical.model import Json
 from canonical.protocol import (
     HELLO_TIMEOUT_S,
     LOCKOUT_FAILURES,
@@ -47,7 +48,6 @@ from .wire import UvicornWire as Wire
 
 log = logging.getLogger("hdg.edge.session")
 
-Json = dict[str, Any]
 NESTED_TOO_DEEP = f"frames may nest arrays and objects at most {MAX_JSON_DEPTH} levels deep"
 LONE_SURROGATE = "frames must be valid Unicode: a lone surrogate escape (\\ud800-\\udfff) is not"
 

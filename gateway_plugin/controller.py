@@ -17,6 +17,7 @@ from typing import Any
 from canonical.bus import Bus, direct_batches, direct_envelope
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
+from canonical.model import Json, Lane
 from canonical.protocol import REPLY, now_iso
 from canonical.settings import GatewaySettings
 from gateway_plugin import upkeep
@@ -42,8 +43,6 @@ from gateway_plugin.shutdown import UNBOUNDED, Deadline
 
 log = logging.getLogger("hdg.plugin")
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 ADOPT_WINDOW_S = 30.0
 # A cancelled turn still running this long after its interrupt gets Hermes' /stop, which
 # abandons it (an agent that never reads its interrupt flag: a wait, a hung call).

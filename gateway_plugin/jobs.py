@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from canonical.model import Json
 from canonical.settings import GatewaySettings
 from gateway_plugin.push.pending import PendingPushes, remaining_delay
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
 
 log = logging.getLogger("hdg.plugin.jobs")
 
-Json = dict[str, Any]
 MEDIA_RESULT_TIMEOUT_S = 600.0
 # A Redis blip (failover, restart) while queueing a push: 6 tries over about 2-3 s.
 ENQUEUE_TRIES = 6

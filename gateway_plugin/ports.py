@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-Lane = tuple[str, str | None]
+from canonical.model import Lane
 
 
 class AgentPort(Protocol):

@@ -7,11 +7,10 @@ import socket
 import ssl as ssl_module
 import sys
 import uuid
-from typing import Any, TextIO
+from typing import TextIO
 
 from canonical.client import DeviceClient
-
-Json = dict[str, Any]
+from canonical.model import Json
 
 
 def render(frame: Json, out: TextIO) -> None:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from pydantic import AliasChoices
 
 from canonical.client import DeviceClient
+from canonical.model import Json
 from canonical.settings import GatewaySettings, load_settings
 from gateway_plugin.access.admin import load_admin_token
 from gateway_plugin.hermes.setup_flow import (
@@ -34,7 +35,6 @@ from gateway_plugin.hermes.setup_flow import (
 
 from . import home as homes
 
-Json = dict[str, Any]
 CLOSE_ROTATED = 4401
 
 

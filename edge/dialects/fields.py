@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from canonical.model import Json
 from canonical.protocol import MAX_TEXT_CHARS, now_iso
 
 from ..errors import FrameRejected
 
-Json = dict[str, Any]
+Decoder = tuple[str, Callable[[Json], Any]]
+"""A dialect frame type's canonical command name, and the function validating the frame
+into that command's arguments (canonical.model.commands)."""
 
 
 def opt_str(frame: Json, key: str, *, max_len: int = 256) -> str | None:
@@ -105,9 +109,10 @@ def str_list(frame: Json, key: str, *, max_items: int, max_len: int = 64) -> lis
     return list(value)
 
 
-def decode_with(decoders: dict[str, Any], frame: Json) -> Json:
+def decode_with(decoders: dict[str, Decoder], frame: Json) -> Json:
     """The part of decoding both dialects share: ping answered locally, a second hello
-    refused, unknown types rejected, the rest handed to the type's decoder."""
+    refused, unknown types rejected, the rest handed to the type's decoder, which names
+    the canonical command the frame is."""
     kind = frame.get("type")
     if kind == "ping":
         return {"local": {"type": "pong", "ts": now_iso()}}
@@ -118,7 +123,8 @@ def decode_with(decoders: dict[str, Any], frame: Json) -> Json:
         raise FrameRejected(
             "unknown_type", f"unknown type {str(kind)[:64]!r}", frame.get("request_id")
         )
-    return {"cmd": kind, "args": decoder(frame)}
+    name, decode = decoder
+    return {"cmd": name, "args": decode(frame)}
 
 
 def error_frame(code: str, message: str, request_id: Any = None) -> Json:

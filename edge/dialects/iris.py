@@ -7,12 +7,13 @@ from typing import Any
 
 from canonical import attachments
 from canonical.bus import token_digest
+from canonical.model import Json
+from canonical.model import commands as cmds
+from canonical.model.commands import LaneRef
 from canonical.protocol import MAX_CURSOR
 
 from ..errors import FrameRejected
 from . import fields
-
-Json = dict[str, Any]
 
 IRIS_VERSION = 1
 # A message id a device sends back: u-<client_id> (a client_id is up to 128 characters),
@@ -20,14 +21,15 @@ IRIS_VERSION = 1
 MESSAGE_ID_MAX = 160
 
 
-def _lane(frame: Json) -> Json:
+def _lane(frame: Json) -> LaneRef:
+    """Iris names every lane by its chat and thread."""
     return {
         "chat_id": fields.req_str(frame, "chat_id", max_len=128),
         "thread_id": fields.opt_str(frame, "thread_id", max_len=64),
     }
 
 
-def _message_send(f: Json) -> Json:
+def _message_send(f: Json) -> cmds.MessageSendArgs:
     auto = f.get("auto_thread", False)
     if not isinstance(auto, bool):
         raise FrameRejected(
@@ -39,16 +41,14 @@ def _message_send(f: Json) -> Json:
     text = fields.text(f, required=not media_refs)
     if not text.strip():
         text = ""
-    args = {
-        **_lane(f),
+    return {
+        "target": _lane(f),
         "text": text,
+        "attachment_ids": media_refs,
         "client_id": fields.req_str(f, "client_id", max_len=128),
         "auto_thread": auto,
         "reply_to": fields.opt_str(f, "reply_to", max_len=MESSAGE_ID_MAX),
     }
-    if media_refs:
-        args["media_refs"] = media_refs
-    return args
 
 
 def _role(event: Json, role: str) -> str:
@@ -147,49 +147,79 @@ def _new_token(f: Json) -> str:
     return token
 
 
-_DECODERS: dict[str, Any] = {
-    "message.send": _message_send,
-    "sync": lambda f: {"cursor": _cursor(f)},
-    "ack": lambda f: {"cursor": _cursor(f)},
-    "read.receipt": lambda f: {
-        "message_id": fields.req_str(f, "message_id", max_len=MESSAGE_ID_MAX),
-        "cursor": _cursor(f),
-    },
-    "run.cancel": lambda f: {**_lane(f), "run_id": fields.opt_str(f, "run_id", max_len=64)},
-    "history": lambda f: {
-        **_lane(f),
-        "limit": fields.opt_int(f, "limit", lo=1, hi=500, default=100),
+def _history(f: Json) -> cmds.HistoryArgs:
+    return {
+        "target": _lane(f),
+        "limit": fields.opt_int(f, "limit", lo=1, hi=500, default=100) or 100,
         "before_message_id": fields.opt_str(f, "before_message_id", max_len=MESSAGE_ID_MAX),
-    },
-    "channel.list": lambda f: {},
-    "channel.create": _channel_create,
-    "channel.rename": lambda f: {**_lane(f), "name": fields.opt_str(f, "name", max_len=400) or ""},
-    "channel.set_default": lambda f: {"chat_id": fields.req_str(f, "chat_id", max_len=128)},
-    "channel.delete": _lane,
-    "channel.set_automation": lambda f: {
-        "chat_id": fields.req_str(f, "chat_id", max_len=128),
-        "on": fields.req_bool(f, "on"),
-    },
-    "channel.set_threads": lambda f: {
-        "chat_id": fields.req_str(f, "chat_id", max_len=128),
-        "on": fields.req_bool(f, "on"),
-    },
-    "search": _search,
-    "picker.select": lambda f: {
-        "picker_id": fields.req_str(f, "picker_id", max_len=64),
-        "value": fields.req_str(f, "value", max_len=2000),
-    },
-    "fcm.register": lambda f: {"token": fields.req_str(f, "token", max_len=4096)},
-    # Media frames are handled on the edge (edge/media.py, docs/protocol/media.md).
-    "media.upload.start": _media_upload_start,
-    "media.upload.chunk": _media_upload_chunk,
-    "media.pull": lambda f: {"media_id": _hex_id(f, "media_id"), "offset": _cursor(f, "offset")},
-    # Admin frames (docs/operations.md): only the admin token's digest goes on the bus.
-    "admin.devices.list": lambda f: _admin(f),
-    "admin.devices.revoke": lambda f: _admin(
-        f, device_id=fields.req_str(f, "device_id", max_len=128)
+        "view": "live",
+    }
+
+
+def _toggle(f: Json) -> cmds.ChannelToggleArgs:
+    return {"chat_id": fields.req_str(f, "chat_id", max_len=128), "on": fields.req_bool(f, "on")}
+
+
+def _same(spec: cmds.CommandSpec[Any], decode: Any) -> fields.Decoder:
+    return (spec.name, decode)
+
+
+# Iris frame type → the canonical command it is (most are named alike).
+_DECODERS: dict[str, fields.Decoder] = {
+    "message.send": _same(cmds.MESSAGE_SEND, _message_send),
+    "sync": _same(cmds.SYNC, lambda f: {"cursor": _cursor(f)}),
+    "ack": _same(cmds.ACK, lambda f: {"cursor": _cursor(f)}),
+    "read.receipt": _same(
+        cmds.READ_RECEIPT,
+        lambda f: {
+            "message_id": fields.req_str(f, "message_id", max_len=MESSAGE_ID_MAX),
+            "cursor": _cursor(f),
+        },
     ),
-    "admin.token.rotate": lambda f: _admin(f, token=_new_token(f)),
+    "run.cancel": _same(
+        cmds.RUN_CANCEL,
+        lambda f: {"target": _lane(f), "run_id": fields.opt_str(f, "run_id", max_len=64)},
+    ),
+    "history": _same(cmds.HISTORY, _history),
+    "channel.list": _same(cmds.CHANNEL_LIST, lambda f: {"activity": False}),
+    "channel.create": _same(cmds.CHANNEL_CREATE, _channel_create),
+    "channel.rename": _same(
+        cmds.CHANNEL_RENAME,
+        lambda f: {"target": _lane(f), "name": fields.opt_str(f, "name", max_len=400) or ""},
+    ),
+    "channel.set_default": _same(
+        cmds.CHANNEL_SET_DEFAULT, lambda f: {"chat_id": fields.req_str(f, "chat_id", max_len=128)}
+    ),
+    "channel.delete": _same(
+        cmds.CHANNEL_DELETE, lambda f: {"target": _lane(f), "purge_history": False}
+    ),
+    "channel.set_automation": _same(cmds.CHANNEL_SET_AUTOMATION, _toggle),
+    "channel.set_threads": _same(cmds.CHANNEL_SET_THREADS, _toggle),
+    "search": _same(cmds.SEARCH, _search),
+    "picker.select": _same(
+        cmds.PICKER_SELECT,
+        lambda f: {
+            "picker_id": fields.req_str(f, "picker_id", max_len=64),
+            "value": fields.req_str(f, "value", max_len=2000),
+        },
+    ),
+    "fcm.register": _same(
+        cmds.FCM_REGISTER, lambda f: {"token": fields.req_str(f, "token", max_len=4096)}
+    ),
+    # Media frames are handled on the edge (edge/media.py, docs/protocol/media.md).
+    "media.upload.start": ("media.upload.start", _media_upload_start),
+    "media.upload.chunk": ("media.upload.chunk", _media_upload_chunk),
+    "media.pull": (
+        "media.pull",
+        lambda f: {"media_id": _hex_id(f, "media_id"), "offset": _cursor(f, "offset")},
+    ),
+    # Admin frames (docs/operations.md): only the admin token's digest goes on the bus.
+    "admin.devices.list": _same(cmds.ADMIN_DEVICES_LIST, lambda f: _admin(f)),
+    "admin.devices.revoke": _same(
+        cmds.ADMIN_DEVICES_REVOKE,
+        lambda f: _admin(f, device_id=fields.req_str(f, "device_id", max_len=128)),
+    ),
+    "admin.token.rotate": _same(cmds.ADMIN_TOKEN_ROTATE, lambda f: _admin(f, token=_new_token(f))),
 }
 
 _LANE_KEYS = ("chat_id", "thread_id")
@@ -200,6 +230,81 @@ _PICKER_NAMES = {
     "clarify.resolved": "picker.resolved",
 }
 _NOT_IRIS = frozenset({"lane", "conversation_id", "approval_id", "clarify_id", "session_key"})
+
+
+def encode_reply(reply: Json) -> Json | None:
+    """A canonical reply (canonical.model.replies) as the iris frame answering it."""
+    kind = reply.get("type")
+    if kind == "error":
+        frame = fields.error_frame(reply["code"], reply["message"], reply.get("request_id"))
+        if reply.get("client_id") is not None:
+            frame["client_id"] = reply["client_id"]
+        return frame
+    if kind == "send.accepted":
+        ack: Json = {"type": "message.ack"}
+        for key in ("conversation_id", "chat_id", "thread_id", "run_id", "client_id"):
+            ack[key] = reply.get(key)
+        if reply.get("request_id") is not None:  # a direct answer echoes it
+            ack["request_id"] = reply["request_id"]
+        return ack
+    if kind == "history" and "conversation" in reply:
+        return {k: v for k, v in reply.items() if k != "conversation"}
+    return reply
+
+
+_SAME_NAME = frozenset(
+    {
+        "sync",
+        "ack",
+        "read.receipt",
+        "channel.create",
+        "channel.set_default",
+        "channel.set_automation",
+        "channel.set_threads",
+        "search",
+        "picker.select",
+        "fcm.register",
+    }
+)
+
+
+def encode_command(cmd: str, args: Json) -> Json | None:
+    """The iris frame a canonical command is decoded from, or None when iris cannot say
+    it (a conversation id, a send without a client id, the admin token behind a digest...)."""
+    if cmd in _SAME_NAME:
+        return {"type": cmd, **args}
+    if cmd == "channel.list" and not args["activity"]:
+        return {"type": cmd}
+    target = args.get("target")
+    if not (isinstance(target, dict) and "chat_id" in target):
+        return None
+    lane = {"chat_id": target["chat_id"], "thread_id": target["thread_id"]}
+    if cmd == "message.send" and args["client_id"] is not None:
+        frame: Json = {
+            "type": cmd,
+            **lane,
+            "text": args["text"],
+            "client_id": args["client_id"],
+            "auto_thread": args["auto_thread"],
+            "reply_to": args["reply_to"],
+        }
+        if args["attachment_ids"]:
+            frame["media_refs"] = args["attachment_ids"]
+        return frame
+    if cmd == "run.cancel":
+        return {"type": cmd, **lane, "run_id": args["run_id"]}
+    if cmd == "history" and args["view"] == "live":
+        return {
+            "type": cmd,
+            **lane,
+            "limit": args["limit"],
+            "before_message_id": args["before_message_id"],
+        }
+    if cmd == "channel.rename":
+        return {"type": cmd, **lane, "name": args["name"]}
+    if cmd == "channel.delete" and not args["purge_history"]:
+        return {"type": cmd, **lane}
+    return None
 
 
 class IrisDialect:
@@ -310,14 +415,10 @@ class IrisDialect:
         return None
 
     def encode_reply(self, reply: Json) -> Json | None:
-        if reply.get("type") == "error":
-            frame = self.error_frame(reply["code"], reply["message"], reply.get("request_id"))
-            if reply.get("client_id") is not None:
-                frame["client_id"] = reply["client_id"]
-            return frame
-        if reply.get("dialect_only") not in (None, "iris"):
-            return None
-        return {k: v for k, v in reply.items() if k != "dialect_only"}
+        return encode_reply(reply)
+
+    def encode_command(self, cmd: str, args: Json) -> Json | None:
+        return encode_command(cmd, args)
 
     def error_frame(self, code: str, message: str, request_id: Any = None) -> Json:
         return fields.error_frame(code, message, request_id)

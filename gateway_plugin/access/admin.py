@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from canonical import logredact
 from canonical.bus import token_digest
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from canonical.protocol import error_body
 from gateway_plugin.access.plugin_metrics import _CONTROLLERS, _metrics_server
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.admin")
 
-Json = dict[str, Any]
 
 ADMIN_TOKEN_FILE = "admin.token"
 CLOSE_UNAUTHORIZED = 4401

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from canonical.jsonenc import dumps_ascii
+from canonical.model import Json
 from gateway_plugin.storage.sqlite_file import open_wal
-
-Json = dict[str, Any]
 
 SCHEMA_VERSION = 1
 _SCHEMA = """

@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from canonical.jsonenc import dumps
+from canonical.model import Json
 from canonical.protocol import CLOSE, REPLAY, error_body, now_iso
 from gateway_plugin.access import hello_gate
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
-Json = dict[str, Any]
 
 CLOSE_NOT_ALLOWED = 4401
 SERVER_CAPS = [

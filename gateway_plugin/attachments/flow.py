@@ -12,9 +12,10 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from canonical import attachments as spec
+from canonical.model import Json, Lane
 from canonical.protocol import now_iso
 from gateway_plugin.attachments import media_jobs
 from gateway_plugin.attachments.registry import (
@@ -30,9 +31,6 @@ if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
 log = logging.getLogger("hdg.plugin.attachments")
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 
 def added_event(record: Attachment) -> Json:

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json
 from canonical.protocol import now_iso
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.media")
 
-Json = dict[str, Any]
 KINDS = {"image": "image", "voice": "audio", "audio": "audio", "video": "video"}
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from canonical import attachments as spec
+from canonical.model import Json, Lane
 from canonical.protocol import iso_from_unix, new_id
 from gateway_plugin.attachments.media_jobs import drop_outputs
 from gateway_plugin.errors import CommandError
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.attachments")
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 StageMedia = Callable[[Path, str, str], Awaitable[tuple[str, str]]]
 
 DAY_S = 86400.0

@@ -11,9 +11,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Final
 
+from canonical.model import Lane
 from gateway_plugin.channels.store import MAX_NAME_LEN
-
-Lane = tuple[str, str | None]
 
 FALLBACK_TITLE: Final = "New thread"
 # Far more auto threads than can have a first run going at once; only a run Hermes never

@@ -14,6 +14,8 @@ import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json, Lane
+from canonical.model import commands as cmds
 from canonical.protocol import now_iso
 from gateway_plugin.commands.interactive import (
     APPROVAL_CHOICES,
@@ -31,14 +33,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.decisions")
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
-
 
 class DecisionDesk:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
         self.state = Interactive()
+        add = controller.commands.registry.add
+        add(cmds.APPROVAL_RESPOND, self.cmd_approval_respond)
+        add(cmds.CLARIFY_RESPOND, self.cmd_clarify_respond)
+        add(cmds.PICKER_SELECT, self.cmd_picker_select)
 
     def _base(self, lane: Lane) -> Json:
         run = self.c.turns.active(lane)
@@ -243,22 +246,20 @@ class DecisionDesk:
             raise self._expired(item, code, "clarification")
         self._resolved(item, command, status="resolved", choice=response)
 
-    async def cmd_approval_respond(self, command: Json, args: Json) -> None:
-        item = self.state.get(str(args["approval_id"]), "approval")
+    async def cmd_approval_respond(self, command: Json, args: cmds.ApprovalRespondArgs) -> None:
+        item = self.state.get(args["approval_id"], "approval")
         if item is None:
             raise CommandError("approval_not_found", "Approval not found")
-        await self._approve(
-            item, command, str(args["choice"]), args.get("reason"), "approval_not_found"
-        )
+        await self._approve(item, command, args["choice"], args["reason"], "approval_not_found")
 
-    async def cmd_clarify_respond(self, command: Json, args: Json) -> None:
-        item = self.state.get(str(args["clarify_id"]), "clarify")
+    async def cmd_clarify_respond(self, command: Json, args: cmds.ClarifyRespondArgs) -> None:
+        item = self.state.get(args["clarify_id"], "clarify")
         if item is None:
             raise CommandError("clarify_not_found", "Clarification not found")
-        await self._clarify(item, command, str(args["response"]), "clarify_not_found")
+        await self._clarify(item, command, args["response"], "clarify_not_found")
 
-    async def cmd_picker_select(self, command: Json, args: Json) -> None:
-        item = self.state.get(str(args["picker_id"]))
+    async def cmd_picker_select(self, command: Json, args: cmds.PickerSelectArgs) -> None:
+        item = self.state.get(args["picker_id"])
         if item is None:
             raise CommandError("not_found", "no such pending picker (already answered or expired)")
         if self.state.is_expired(item):
@@ -269,7 +270,7 @@ class DecisionDesk:
                 "not_found",
                 f"this picker expired after {minutes} minutes unanswered; run the command again",
             )
-        value = str(args["value"])
+        value = args["value"]
         if item.kind == "approval":
             await self._approve(item, command, value, None, "not_found")
         elif item.kind == "clarify":

@@ -12,11 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from canonical.model import Json, Lane
 from canonical.protocol import new_id, now_iso
 from gateway_plugin.commands.redact import redact, truncate_error
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 APPROVAL_CHOICES = ["once", "session", "always", "deny"]
 

@@ -1,5 +1,5 @@
-"""Conversation (pheby), history, channel and search commands: what reads or reshapes the
-lanes. Dispatched by `CommandHandler`, whose lookup and broadcast helpers they share."""
+"""History, channel and search commands: what reads or reshapes the lanes. Registered
+with `CommandHandler`'s registry, whose lookup and broadcast helpers they share."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import asyncio
 import re
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json, Lane
+from canonical.model import commands as cmds
+from canonical.model.replies import ChannelListReply, ConversationState, HistoryReply
 from canonical.protocol import MAX_HISTORY
 from gateway_plugin.attachments.flow import display_messages
 from gateway_plugin.channels.store import ChannelEntry
@@ -17,8 +20,6 @@ from gateway_plugin.hermes.transcript import page
 if TYPE_CHECKING:
     from gateway_plugin.commands.runs import CommandHandler
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 HISTORY_ID = re.compile(r"m\d{1,18}")  # a transcript row (gateway_plugin.hermes.transcript)
 
 
@@ -26,11 +27,11 @@ def strip_lane(event: Json) -> Json:
     return {k: v for k, v in event.items() if k not in ("lane", "cursor", "picker_id")}
 
 
-def _before(args: Json) -> str | None:
-    """Pheby's page end: a transcript id (its history names messages ``m<n>``). A live id
-    (u-…, draft-…) is no place in that transcript, and answering it with an empty page
-    would look like history's start."""
-    before = args.get("before_message_id")
+def _before(args: cmds.HistoryArgs) -> str | None:
+    """The conversation view's page end: a transcript id (it names messages ``m<n>``). A
+    live id (u-…, draft-…) is no place in that transcript, and answering it with an empty
+    page would look like history's start."""
+    before = args["before_message_id"]
     if before is not None and not HISTORY_ID.fullmatch(str(before)):
         raise CommandError("bad_request", "before_message_id must be a history id (m…)")
     return None if before is None else str(before)
@@ -44,14 +45,16 @@ class LaneCommands:
     def __init__(self, handler: CommandHandler) -> None:
         self.h = handler
         self.c = handler.c
-
-    def _entry_for_conversation(self, conversation_id: str) -> ChannelEntry:
-        return self.h._entry_for_conversation(conversation_id)
-
-    def _entry_for_lane(
-        self, chat_id: str, thread_id: str | None, *, archived_ok: bool = False
-    ) -> ChannelEntry:
-        return self.h._entry_for_lane(chat_id, thread_id, archived_ok=archived_ok)
+        add = handler.registry.add
+        add(cmds.HISTORY, self.cmd_history)
+        add(cmds.CHANNEL_LIST, self.cmd_channel_list)
+        add(cmds.CHANNEL_CREATE, self.cmd_channel_create)
+        add(cmds.CHANNEL_RENAME, self.cmd_channel_rename)
+        add(cmds.CHANNEL_SET_DEFAULT, self.cmd_channel_set_default)
+        add(cmds.CHANNEL_DELETE, self.cmd_channel_delete)
+        add(cmds.CHANNEL_SET_AUTOMATION, self.cmd_channel_set_automation)
+        add(cmds.CHANNEL_SET_THREADS, self.cmd_channel_set_threads)
+        add(cmds.SEARCH, self.cmd_search)
 
     def _broadcast_entry(self, kind: str, entry: ChannelEntry, **extra: Any) -> None:
         self.h._broadcast_entry(kind, entry, **extra)
@@ -59,78 +62,37 @@ class LaneCommands:
     def _directory(self) -> list[Json]:
         return self.h.directory()
 
-    async def cmd_conversation_list(self, command: Json, args: Json) -> None:
-        conversations = []
-        for entry in self.c.channels.list(include_archived=False):
-            session_id, last_active = self.c.transcript.latest(lane_of(entry))
-            conversations.append(
-                {
-                    "conversation_id": entry.conversation_id,
-                    "name": entry.name,
-                    "session_id": session_id,
-                    "last_active": last_active,
-                    "source": "hermes",
-                }
+    # -- history and channels
+    async def cmd_history(self, command: Json, args: cmds.HistoryArgs) -> None:
+        # Archived lanes are read-only, not unreadable: search finds them, so does history.
+        entry = self.h._entry_for(args["target"], archived_ok=True)
+        reply: HistoryReply
+        if args["view"] == "conversation":
+            reply = self._conversation_page(entry, args, command.get("request_id"))
+        else:
+            before = args["before_message_id"]
+            messages, has_more = await asyncio.to_thread(
+                self._live_page, lane_of(entry), entry.conversation_id, args["limit"], before
             )
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.snapshot",
+            # The user's own words, not the inlined attachment text Hermes ran.
+            messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
+            reply = {
+                "type": "history",
                 "request_id": command.get("request_id"),
-                "conversations": conversations,
-            },
-        )
+                "chat_id": entry.chat_id,
+                "thread_id": entry.thread_id,
+                "messages": messages,
+                "has_more": has_more,
+            }
+        await self.c.reply(command, dict(reply))
 
-    async def cmd_conversation_create(self, command: Json, args: Json) -> None:
-        name = args.get("name") or "New chat"
-        entry = self.c.channels.create_channel(name)
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.created",
-                "conversation_id": entry.conversation_id,
-                "name": entry.name,
-                "request_id": command.get("request_id"),
-            },
-        )
-        self._broadcast_entry("channel.created", entry)
-
-    async def cmd_conversation_rename(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        renamed, _ = self.c.channels.rename(
-            entry.chat_id, entry.thread_id, str(args["name"]), "user"
-        )
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.renamed",
-                "conversation_id": renamed.conversation_id,
-                "name": renamed.name,
-                "request_id": command.get("request_id"),
-            },
-        )
-        self._broadcast_entry("channel.renamed", renamed)
-
-    async def cmd_conversation_delete(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        self.c.agent.delete_transcript(lane_of(entry))
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.deleted",
-                "conversation_id": entry.conversation_id,
-                "request_id": command.get("request_id"),
-            },
-        )
-        if not self.c.channels.is_permanent(entry):  # its history is gone, the lane stays
-            self._broadcast_entry(
-                "channel.deleted", self.c.channels.delete(entry.chat_id, entry.thread_id)
-            )
-
-    async def cmd_conversation_open(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        limit = min(int(args.get("limit") or 200), MAX_HISTORY)
-        messages, has_more = self.c.transcript.messages(lane_of(entry), limit, _before(args))
+    def _conversation_page(
+        self, entry: ChannelEntry, args: cmds.HistoryArgs, request_id: Any
+    ) -> HistoryReply:
+        """Transcript rows as Hermes stored them, and the lane's state at this instant."""
+        lane = lane_of(entry)
+        limit = min(args["limit"], MAX_HISTORY)
+        messages, has_more = self.c.transcript.messages(lane, limit, _before(args))
         # Users' own texts (Hermes stores the turn with inlined files) and the attachments
         # anchored to the transcript's message ids where the page shows the turn.
         messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
@@ -138,8 +100,8 @@ class LaneCommands:
             a.descriptor(anchors.get(a.message_id or ""))
             for a in self.c.attachments.for_conversation(entry.conversation_id)
         ]
-        run = self.c.turns.active(lane_of(entry))
-        snapshot = self.c.desk.snapshot(lane_of(entry))
+        run = self.c.turns.active(lane)
+        snapshot = self.c.desk.snapshot(lane)
         run_state = None
         if run is not None:
             run_state = {
@@ -148,47 +110,23 @@ class LaneCommands:
                 "message_id": run.message_id,
                 "text": run.text(),
             }
-        await self.c.reply(
-            command,
-            {
-                "type": "conversation.history",
-                "conversation_id": entry.conversation_id,
-                "request_id": command.get("request_id"),
-                "messages": messages,
-                "has_more": has_more,
-                "attachments": attachments,
-                "run": run_state,
-                "tools": [strip_lane(t) for t in snapshot["tools"]],
-                "approvals": [strip_lane(a) for a in snapshot["approvals"]],
-                "clarifications": [strip_lane(c) for c in snapshot["clarifications"]],
-            },
-        )
-
-    # -- iris history and channels
-    async def cmd_history(self, command: Json, args: Json) -> None:
-        # Archived lanes are read-only, not unreadable: search finds them, so does history.
-        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"), archived_ok=True)
-        before = args.get("before_message_id")
-        messages, has_more = await asyncio.to_thread(
-            self._iris_page,
-            lane_of(entry),
-            entry.conversation_id,
-            int(args.get("limit") or 100),
-            None if before is None else str(before),
-        )
-        # The user's own words, not the inlined attachment text Hermes ran.
-        messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
-        await self.c.reply(
-            command,
-            {
-                "type": "history",
-                "request_id": command.get("request_id"),
-                "chat_id": entry.chat_id,
-                "thread_id": entry.thread_id,
-                "messages": messages,
-                "has_more": has_more,
-            },
-        )
+        state: ConversationState = {
+            "conversation_id": entry.conversation_id,
+            "attachments": attachments,
+            "run": run_state,
+            "tools": [strip_lane(t) for t in snapshot["tools"]],
+            "approvals": [strip_lane(a) for a in snapshot["approvals"]],
+            "clarifications": [strip_lane(c) for c in snapshot["clarifications"]],
+        }
+        return {
+            "type": "history",
+            "request_id": request_id,
+            "chat_id": entry.chat_id,
+            "thread_id": entry.thread_id,
+            "messages": messages,
+            "has_more": has_more,
+            "conversation": state,
+        }
 
     def _named(self, lane: Lane, conversation_id: str) -> list[Json]:
         """The lane's transcript named as devices saw it live (a worker thread: it reads
@@ -197,7 +135,7 @@ class LaneCommands:
             self.c.transcript.merged(lane), self.c.outbox.sent_messages(conversation_id)
         )
 
-    def _iris_page(
+    def _live_page(
         self, lane: Lane, conversation_id: str, limit: int, before: str | None
     ) -> tuple[list[Json], bool]:
         named = self._named(lane, conversation_id)
@@ -232,51 +170,68 @@ class LaneCommands:
             },
         )
 
-    async def cmd_channel_list(self, command: Json, args: Json) -> None:
-        await self.c.reply(
-            command,
-            {
-                "type": "channel.list",
-                "request_id": command.get("request_id"),
-                "channels": self._directory(),
-            },
-        )
+    async def cmd_channel_list(self, command: Json, args: cmds.ChannelListArgs) -> None:
+        channels = self._directory()
+        if args["activity"]:
+            for channel in channels:
+                lane = (channel["chat_id"], channel["thread_id"])
+                channel["session_id"], channel["last_active"] = self.c.transcript.latest(lane)
+        reply: ChannelListReply = {
+            "type": "channel.list",
+            "request_id": command.get("request_id"),
+            "channels": channels,
+        }
+        await self.c.reply(command, dict(reply))
 
-    async def cmd_channel_create(self, command: Json, args: Json) -> None:
-        if args.get("kind") == "thread":
-            parent = args.get("parent_chat_id") or self.c.channels.default().chat_id
-            entry = self.c.channels.create_thread(str(parent), args.get("name") or "New thread")
+    async def cmd_channel_create(self, command: Json, args: cmds.ChannelCreateArgs) -> None:
+        if args["kind"] == "thread":
+            parent = args["parent_chat_id"] or self.c.channels.default().chat_id
+            entry = self.c.channels.create_thread(str(parent), args["name"] or "New thread")
         else:
-            entry = self.c.channels.create_channel(args.get("name") or "")
+            entry = self.c.channels.create_channel(args["name"] or "")
         await self._result(command, entry)
         self._broadcast_entry("channel.created", entry, auto=False)
 
-    async def cmd_channel_rename(self, command: Json, args: Json) -> None:
-        entry, changed = self.c.channels.rename(
-            str(args["chat_id"]), args.get("thread_id"), str(args.get("name") or ""), "user"
-        )
+    async def cmd_channel_rename(self, command: Json, args: cmds.ChannelRenameArgs) -> None:
+        target = args["target"]
+        if "conversation_id" in target:
+            lane = lane_of(self.h._entry_for(target))
+        else:
+            lane = (target["chat_id"], target["thread_id"])
+        entry, changed = self.c.channels.rename(lane[0], lane[1], args["name"], "user")
         await self._result(command, entry)
         if changed:
             self._broadcast_entry("channel.renamed", entry)
 
-    async def cmd_channel_set_default(self, command: Json, args: Json) -> None:
-        entry, changed = self.c.channels.set_default(str(args["chat_id"]))
+    async def cmd_channel_set_default(self, command: Json, args: cmds.ChatIdArgs) -> None:
+        entry, changed = self.c.channels.set_default(args["chat_id"])
         await self._result(command, entry)
         # The old default's entry changed too (flag, threads toggle): say so in the same
         # breath, or devices would show two defaults.
         self.h._broadcast_entries("channel.renamed", changed)
 
-    async def cmd_channel_delete(self, command: Json, args: Json) -> None:
+    async def cmd_channel_delete(self, command: Json, args: cmds.ChannelDeleteArgs) -> None:
+        target = args["target"]
+        if "conversation_id" in target or args["purge_history"]:
+            named = self.h._entry_for(target)
+            chat_id, thread_id = lane_of(named)
+        else:
+            chat_id, thread_id = target["chat_id"], target["thread_id"]
+        if args["purge_history"]:
+            self.c.agent.delete_transcript((chat_id, thread_id))
+            if self.c.channels.is_permanent(named):  # its history is gone, the lane stays
+                await self._result(command, named)
+                return
         live_threads = (
             []
-            if args.get("thread_id")
+            if thread_id
             else [
                 e
                 for e in self.c.channels.list(include_archived=False)
-                if e.chat_id == str(args["chat_id"]) and e.thread_id is not None
+                if e.chat_id == chat_id and e.thread_id is not None
             ]
         )
-        entry = self.c.channels.delete(str(args["chat_id"]), args.get("thread_id"))
+        entry = self.c.channels.delete(chat_id, thread_id)
         await self._result(command, entry)
         self._broadcast_entry("channel.deleted", entry)
         for thread in live_threads:  # a channel takes its threads along: say so for each
@@ -288,26 +243,26 @@ class LaneCommands:
             if lane[0] == entry.chat_id and (entry.thread_id is None or lane[1] == entry.thread_id):
                 await self.c.cancel_run(lane, run, str(command.get("device_id")))
 
-    async def cmd_channel_set_automation(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_automation(str(args["chat_id"]), bool(args["on"]))
+    async def cmd_channel_set_automation(self, command: Json, args: cmds.ChannelToggleArgs) -> None:
+        entry = self.c.channels.set_automation(args["chat_id"], args["on"])
         await self._result(command, entry)
         self._broadcast_entry("channel.renamed", entry)
 
-    async def cmd_channel_set_threads(self, command: Json, args: Json) -> None:
-        entry = self.c.channels.set_threads_enabled(str(args["chat_id"]), bool(args["on"]))
+    async def cmd_channel_set_threads(self, command: Json, args: cmds.ChannelToggleArgs) -> None:
+        entry = self.c.channels.set_threads_enabled(args["chat_id"], args["on"])
         await self._result(command, entry)
         self._broadcast_entry("channel.renamed", entry)
 
     # -- search
-    async def cmd_search(self, command: Json, args: Json) -> None:
+    async def cmd_search(self, command: Json, args: cmds.SearchArgs) -> None:
         # Off the loop: FTS5 over state.db (the channel store locks its own reads).
         hits = await asyncio.to_thread(
             self.c.search.search,
-            str(args.get("query") or ""),
-            scope=args.get("scope") or "all",
-            chat_id=args.get("chat_id"),
-            thread_id=args.get("thread_id"),
-            limit=int(args.get("limit") or 50),
+            args["query"],
+            scope=args["scope"],
+            chat_id=args["chat_id"],
+            thread_id=args["thread_id"],
+            limit=args["limit"],
             channel_resolver=self.c.channels.chat_ids_matching,
         )
         lanes: dict[Lane, str] = {}
@@ -330,7 +285,7 @@ class LaneCommands:
             {
                 "type": "search.results",
                 "request_id": command.get("request_id"),
-                "query": args.get("query") or "",
+                "query": args["query"],
                 "hits": wire,
             },
         )

@@ -20,12 +20,11 @@ ids) and the plugin (which dates records) disagreeing.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from canonical.jsonenc import dumps
+from canonical.model import Json
 from canonical.protocol import CLOSE, REPLY
 
-Json = dict[str, Any]
 Reply = tuple[str, Json]  # (kind, body) of a direct reply
 
 CLOCK_MARGIN_S = 3600.0
@@ -41,8 +40,6 @@ READ_REPLIES = frozenset(
     {
         "attachment.found",
         "channel.list",
-        "conversation.history",
-        "conversation.snapshot",
         "history",
         "model.current",
         "models.snapshot",

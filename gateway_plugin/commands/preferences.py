@@ -11,17 +11,17 @@ validation, credentials and persistence are exactly Hermes'.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json, Lane
+from canonical.model import commands as cmds
 from canonical.protocol import now_iso
 from gateway_plugin.errors import CommandError
 
 if TYPE_CHECKING:
     from gateway_plugin.channels.store import ChannelEntry
     from gateway_plugin.controller import Controller
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 
 def _failed(text: str) -> bool:
@@ -31,6 +31,14 @@ def _failed(text: str) -> bool:
 class Preferences:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        add = controller.commands.registry.add
+        add(cmds.YOLO_CURRENT, self.cmd_yolo_current)
+        add(cmds.YOLO_SET, self.cmd_yolo_set)
+        add(cmds.MODELS_LIST, self.cmd_models_list)
+        add(cmds.MODELS_CURRENT, self.cmd_models_current)
+        add(cmds.MODEL_SET, self.cmd_model_set)
+        add(cmds.REASONING_CURRENT, self.cmd_reasoning_current)
+        add(cmds.REASONING_SET, self.cmd_reasoning_set)
         # Session keys whose YOLO is on, as recorded in the outbox (kept in memory so a
         # comparison with Hermes' flag costs no read).
         self._yolo: set[str] = set()
@@ -84,16 +92,16 @@ class Preferences:
             ]
         )
 
-    def _entry(self, args: Json) -> ChannelEntry:
+    def _entry(self, args: Mapping[str, Any]) -> ChannelEntry:
         return self.c.commands._entry_for_conversation(str(args["conversation_id"]))
 
-    def _lane_of(self, args: Json) -> Lane:
+    def _lane_of(self, args: Mapping[str, Any]) -> Lane:
         if args.get("conversation_id"):
             entry = self._entry(args)
             return (entry.chat_id, entry.thread_id)
         return (self.c.settings.home_channel, None)
 
-    async def cmd_yolo_current(self, command: Json, args: Json) -> None:
+    async def cmd_yolo_current(self, command: Json, args: cmds.ConversationRef) -> None:
         entry = self._entry(args)
         enabled = self.c.agent.yolo_enabled(
             self.c.agent.session_key((entry.chat_id, entry.thread_id))
@@ -109,7 +117,7 @@ class Preferences:
             },
         )
 
-    async def cmd_yolo_set(self, command: Json, args: Json) -> None:
+    async def cmd_yolo_set(self, command: Json, args: cmds.YoloSetArgs) -> None:
         entry = self._entry(args)
         key = self.c.agent.session_key((entry.chat_id, entry.thread_id))
         enabled = bool(args["enabled"])
@@ -125,7 +133,7 @@ class Preferences:
         self.c.emit([{**changed, "lane": [entry.chat_id, entry.thread_id]}])
 
     # -- models
-    async def cmd_models_list(self, command: Json, args: Json) -> None:
+    async def cmd_models_list(self, command: Json, args: cmds.ScopeArgs) -> None:
         lane = self._lane_of(args)
         data = await self.c.agent.model_picker_data(lane)
         model, provider, scope = self.c.agent.model_state(lane)
@@ -154,7 +162,7 @@ class Preferences:
             },
         )
 
-    async def cmd_models_current(self, command: Json, args: Json) -> None:
+    async def cmd_models_current(self, command: Json, args: cmds.ScopeArgs) -> None:
         lane = self._lane_of(args)
         model, provider, scope = self.c.agent.model_state(lane)
         reply: Json = {
@@ -169,7 +177,7 @@ class Preferences:
             reply["conversation_id"] = args["conversation_id"]
         await self.c.reply(command, reply)
 
-    async def cmd_model_set(self, command: Json, args: Json) -> None:
+    async def cmd_model_set(self, command: Json, args: cmds.ModelSetArgs) -> None:
         scope = "conversation" if args.get("conversation_id") else "global"
         lane = self._lane_of(args)
         text = await self.c.agent.set_model(lane, str(args["model"]), args.get("provider"), scope)
@@ -184,7 +192,9 @@ class Preferences:
         }
         await self._changed(command, changed, args, lane)
 
-    async def _changed(self, command: Json, changed: Json, args: Json, lane: Lane) -> None:
+    async def _changed(
+        self, command: Json, changed: Json, args: Mapping[str, Any], lane: Lane
+    ) -> None:
         """Answer the asking device and tell every device. A conversation's change names
         it (its conversation_id, and its lane for iris); a global one names no lane."""
         broadcast = changed
@@ -195,7 +205,7 @@ class Preferences:
         self.c.emit([broadcast])
 
     # -- reasoning
-    async def cmd_reasoning_current(self, command: Json, args: Json) -> None:
+    async def cmd_reasoning_current(self, command: Json, args: cmds.ScopeArgs) -> None:
         lane = self._lane_of(args)
         effort, enabled, scope = self.c.agent.reasoning_state(lane)
         reply: Json = {
@@ -211,7 +221,7 @@ class Preferences:
             reply["conversation_id"] = args["conversation_id"]
         await self.c.reply(command, reply)
 
-    async def cmd_reasoning_set(self, command: Json, args: Json) -> None:
+    async def cmd_reasoning_set(self, command: Json, args: cmds.ReasoningSetArgs) -> None:
         effort = str(args["effort"])
         if effort not in self.c.agent.reasoning_efforts():
             raise CommandError(

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from canonical.protocol import CLOSE, REPLY, error_body
 from gateway_plugin.commands import once as command_once
 
@@ -22,8 +23,6 @@ if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
 log = logging.getLogger("hdg.plugin")
-
-Json = dict[str, Any]
 
 
 def _internal_error(command: Json) -> Json:

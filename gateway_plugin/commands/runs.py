@@ -9,6 +9,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Json
+from canonical.model import commands as cmds
+from canonical.model.commands import Target
+from canonical.model.replies import SendAccepted
 from canonical.protocol import REPLAY, error_body, new_id, now_iso
 from gateway_plugin.access import admin, hellos
 from gateway_plugin.attachments.flow import (
@@ -23,6 +27,7 @@ from gateway_plugin.attachments.registry import Attachment
 from gateway_plugin.channels.store import ChannelEntry, ChannelError
 from gateway_plugin.channels.titles import derive_title
 from gateway_plugin.commands.lanes import LaneCommands, lane_of
+from gateway_plugin.commands.registry import CommandRegistry
 from gateway_plugin.delivery.cron import cron_targets
 from gateway_plugin.delivery.message_ids import SentMessage, text_digest
 from gateway_plugin.errors import CommandError
@@ -32,29 +37,35 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.commands")
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
-
 REPLAY_CHUNK = 500
 
 
 class CommandHandler:
     def __init__(self, controller: Controller) -> None:
         self.c = controller
+        # One handler per canonical command: these, the lanes' (LaneCommands), the
+        # decisions' (DecisionDesk) and the preferences' (Preferences) register theirs.
+        self.registry = CommandRegistry()
+        add = self.registry.add
+        add(cmds.HELLO, self.cmd_hello)
+        add(cmds.SYNC, self.cmd_sync)
+        add(cmds.ACK, self.cmd_ack)
+        add(cmds.READ_RECEIPT, self.cmd_read_receipt)
+        add(cmds.FCM_REGISTER, self.cmd_fcm_register)
+        add(cmds.MESSAGE_SEND, self.cmd_message_send)
+        add(cmds.RUN_CANCEL, self.cmd_run_cancel)
+        add(cmds.ATTACHMENT_CHECK, self.cmd_attachment_check)
+        add(cmds.ATTACHMENT_REGISTER, self.cmd_attachment_register)
+        add(cmds.ATTACHMENT_GET, self.cmd_attachment_get)
+        for spec in (cmds.ADMIN_DEVICES_LIST, cmds.ADMIN_DEVICES_REVOKE, cmds.ADMIN_TOKEN_ROTATE):
+            add(spec, self.cmd_admin)
         self.lanes = LaneCommands(self)
 
     async def handle(self, command: Json) -> None:
         name = str(command.get("cmd"))
-        if name.startswith("admin."):
-            return await admin.handle(self.c, command)
-        method = "cmd_" + name.replace(".", "_")
-        handler = (
-            getattr(self.lanes, method, None)
-            or getattr(self, method, None)
-            or getattr(self.c.desk, method, None)
-            or getattr(self.c.prefs, method, None)
-        )
-        admin.observe_command(name, handler is not None)
+        handler = self.registry.get(name)
+        if not name.startswith("admin."):  # admin frames are counted as refused or carried out
+            admin.observe_command(name, handler is not None)
         request_id = command.get("request_id")
         if handler is None:
             await self.c.reply(
@@ -64,14 +75,9 @@ class CommandHandler:
         try:
             await handler(command, command.get("args") or {})
         except ChannelError as exc:
-            code = exc.code
-            if command.get("dialect") == "pheby":
-                code = {
-                    "not_found": "conversation_not_found",
-                    "archived": "conversation_not_found",
-                    "unsupported": "bad_request",
-                }.get(code, code)
-            await self.c.reply(command, error_body(code, exc.message, request_id))
+            body = error_body(exc.code, exc.message, request_id)
+            body["subject"] = "channel"  # a dialect may name the store's refusals its own way
+            await self.c.reply(command, body)
         except CommandError as exc:
             body = error_body(exc.code, exc.message, request_id)
             if (command.get("args") or {}).get("client_id") is not None:
@@ -84,6 +90,12 @@ class CommandHandler:
         if entry is None or entry.archived:
             raise CommandError("conversation_not_found", "Conversation not found")
         return entry
+
+    def _entry_for(self, target: Target, *, archived_ok: bool = False) -> ChannelEntry:
+        """The entry a command names; a conversation id names only a live conversation."""
+        if "conversation_id" in target:
+            return self._entry_for_conversation(target["conversation_id"])
+        return self._entry_for_lane(target["chat_id"], target["thread_id"], archived_ok=archived_ok)
 
     def _entry_for_lane(
         self, chat_id: str, thread_id: str | None, *, archived_ok: bool = False
@@ -128,8 +140,8 @@ class CommandHandler:
             for e in self.c.channels.list(include_archived=False)
         ]
 
-    # -- iris session
-    async def cmd_hello(self, command: Json, args: Json) -> None:
+    # -- sessions and cursors
+    async def cmd_hello(self, command: Json, args: cmds.HelloArgs) -> None:
         await hellos.answer(self.c, [command])
 
     async def hello_batch(self, commands: list[Json]) -> None:
@@ -137,7 +149,7 @@ class CommandHandler:
         admin.observe_command("hello", True, len(commands))
         await hellos.answer(self.c, commands)
 
-    async def cmd_sync(self, command: Json, args: Json) -> None:
+    async def cmd_sync(self, command: Json, args: cmds.CursorArgs) -> None:
         """``sync.ack`` and the first chunk of everything after the cursor. With ``more``,
         the edge asks for the next chunk (an internal sync) once the device's send queue
         has drained: a long absence is paced by the device's own speed and never overflows
@@ -178,16 +190,16 @@ class CommandHandler:
             "head": self.c.outbox.head() if head is None else head,
         }
 
-    async def cmd_ack(self, command: Json, args: Json) -> None:
+    async def cmd_ack(self, command: Json, args: cmds.CursorArgs) -> None:
         cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
         self.c.push.on_ack(cursor)
 
-    async def cmd_read_receipt(self, command: Json, args: Json) -> None:
+    async def cmd_read_receipt(self, command: Json, args: cmds.ReadReceiptArgs) -> None:
         if args.get("cursor"):
             cursor = self.c.outbox.ack(str(command.get("device_id")), int(args["cursor"]))
             self.c.push.on_ack(cursor)
 
-    async def cmd_fcm_register(self, command: Json, args: Json) -> None:
+    async def cmd_fcm_register(self, command: Json, args: cmds.FcmRegisterArgs) -> None:
         token = str(args["token"])
         await self.c.push.token_registered(token)
         known = self.c.devices.set_push(str(command.get("device_id")), fcm_token=token)
@@ -199,46 +211,42 @@ class CommandHandler:
         )
 
     # -- sending
-    def _idem_key(self, command: Json, lane_key: str, text: str) -> str | None:
-        args = command.get("args") or {}
-        if command.get("dialect") == "iris":
-            return f"iris:{args['client_id']}"
+    def _idem_key(
+        self, command: Json, client_id: str | None, lane_key: str, text: str
+    ) -> str | None:
+        # A send the device named is that send wherever it is retried (the "iris:" prefix
+        # is the stored keys' own: kept so that records written before stay valid).
+        if client_id is not None:
+            return f"iris:{client_id}"
         request_id = command.get("request_id")
         if request_id is None:
             return None
-        # Pheby request ids are client-chosen and may repeat across sessions ("r1"),
+        # Request ids are client-chosen and may repeat across sessions ("r1"),
         # so a retry is the same id for the same conversation and the same text.
         digest = hashlib.sha256(f"{lane_key}\x00{request_id}\x00{text}".encode()).hexdigest()
         return f"pheby:{digest}"
 
-    async def _ack_send(self, command: Json, result: Json) -> None:
-        if command.get("dialect") == "iris":
-            ack: Json = {"type": "message.ack", **result}
-            if command.get("request_id") is not None:  # a direct answer echoes it
-                ack["request_id"] = command["request_id"]
-            await self.c.reply(command, ack)
-        else:
-            await self.c.reply(
-                command,
-                {
-                    "type": "run.accepted",
-                    "conversation_id": result["conversation_id"],
-                    "run_id": result["run_id"],
-                    "request_id": command.get("request_id"),
-                },
-            )
+    async def _ack_send(self, command: Json, result: Json, *, announced: bool = False) -> None:
+        accepted: SendAccepted = {
+            "type": "send.accepted",
+            "conversation_id": result["conversation_id"],
+            "chat_id": result["chat_id"],
+            "thread_id": result.get("thread_id"),
+            "run_id": result.get("run_id"),
+            "client_id": result.get("client_id"),
+            "request_id": command.get("request_id"),
+            "announced": announced,
+        }
+        await self.c.reply(command, dict(accepted))
 
-    async def cmd_chat_send(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_conversation(str(args["conversation_id"]))
-        await self._send(command, entry, str(args["text"]), client_id=None)
-
-    async def cmd_message_send(self, command: Json, args: Json) -> None:
-        entry = self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"))
-        text = str(args["text"])
-        key = f"iris:{args['client_id']}"
+    async def cmd_message_send(self, command: Json, args: cmds.MessageSendArgs) -> None:
+        entry = self._entry_for(args["target"])
+        text = args["text"]
+        client_id = args["client_id"]
         if (
-            self.c.outbox.idem_get(key) is None
-            and args.get("auto_thread")
+            args["auto_thread"]
+            and client_id is not None
+            and self.c.outbox.idem_get(f"iris:{client_id}") is None
             and entry.thread_id is None
         ):
             # The default channel, wherever channel.set_default moved it (not the home one),
@@ -250,9 +258,9 @@ class CommandHandler:
                 and text.strip()
                 and not text.lstrip().startswith("/")
             ):
-                media_refs = list(args.get("media_refs") or [])
-                if media_refs:  # a send refused for its uploads must leave no thread behind
-                    self.c.attachments.validate_claim(media_refs, entry, thread_may_adopt=True)
+                uploads = args["attachment_ids"]
+                if uploads:  # a send refused for its uploads must leave no thread behind
+                    self.c.attachments.validate_claim(uploads, entry, thread_may_adopt=True)
                 entry = self.c.channels.create_thread(
                     entry.chat_id, derive_title(text), auto=True, name_source="derived"
                 )
@@ -260,22 +268,21 @@ class CommandHandler:
                 # Upgraded with the model's title once the first exchange is done.
                 self.c.pending_titles.add(lane_of(entry), text)
         try:
-            await self._send(command, entry, text, client_id=str(args["client_id"]))
+            await self._send(command, args, entry, text)
         finally:
             if self.c.turns.active(lane_of(entry)) is None:
                 # Its run was refused, failed to start or already ended: no title to await.
                 self.c.pending_titles.take(lane_of(entry))
 
     async def _send(
-        self, command: Json, entry: ChannelEntry, text: str, *, client_id: str | None
+        self, command: Json, args: cmds.MessageSendArgs, entry: ChannelEntry, text: str
     ) -> None:
         lane = lane_of(entry)
-        key = self._idem_key(command, f"{lane[0]}|{lane[1]}", text)
-        args = command.get("args") or {}
-        # pheby chat.send attachment_ids, iris message.send media_refs: the same uploads.
-        attachment_ids = list(args.get("attachment_ids") or args.get("media_refs") or [])
-        # Unique per send, the same for its retries: iris names it by its client_id; pheby
-        # request ids repeat ("r1" in every session), so by the send's idempotency key.
+        client_id = args["client_id"]
+        key = self._idem_key(command, client_id, f"{lane[0]}|{lane[1]}", text)
+        attachment_ids = list(args["attachment_ids"])
+        # Unique per send, the same for its retries: named by its client_id; request ids
+        # repeat ("r1" in every session), so otherwise by the send's idempotency key.
         if client_id is not None:
             user_message_id = f"u-{client_id}"
         elif key is not None:
@@ -319,8 +326,9 @@ class CommandHandler:
         if attachment_ids:
             if is_command:
                 raise CommandError("bad_request", "attachments cannot be sent with a slash command")
+            # A send naming a lane may carry uploads made in its channel's flat lane.
             uploads = self.c.attachments.validate_claim(
-                attachment_ids, entry, thread_may_adopt=command.get("dialect") == "iris"
+                attachment_ids, entry, thread_may_adopt="conversation_id" not in args["target"]
             )
         active = self.c.turns.active(lane)
         device_id = str(command.get("device_id"))
@@ -401,9 +409,7 @@ class CommandHandler:
             text=text,
         )
         self.c.publish(sequenced)
-        if command.get("dialect") == "iris":
-            # Pheby's broadcast run.accepted carries the request_id: that is its reply.
-            await self._ack_send(command, result)
+        await self._ack_send(command, result, announced=True)
         await self._dispatch(command, entry, text, run.run_id, key, attachment_ids)
 
     async def _dispatch(
@@ -457,15 +463,11 @@ class CommandHandler:
             self.c.emit(self.c.turns.finish(lane, "failed", error))
             self.c.outbox.finish_run(run_id)
 
-    async def cmd_run_cancel(self, command: Json, args: Json) -> None:
-        if command.get("dialect") == "pheby":
-            lane = lane_of(self._entry_for_conversation(str(args["conversation_id"])))
-        else:
-            lane = lane_of(
-                self._entry_for_lane(str(args["chat_id"]), args.get("thread_id"), archived_ok=True)
-            )
+    async def cmd_run_cancel(self, command: Json, args: cmds.RunCancelArgs) -> None:
+        # A run still streaming into an archived lane may be stopped.
+        lane = lane_of(self._entry_for(args["target"], archived_ok=True))
         run = self.c.turns.active(lane)
-        wanted = args.get("run_id")
+        wanted = args["run_id"]
         if run is None or (wanted is not None and wanted != run.run_id):
             raise CommandError("not_found", "no such active run")
         await self.c.cancel_run(lane, run, str(command.get("device_id")))
@@ -480,4 +482,5 @@ class CommandHandler:
     async def cmd_attachment_get(self, command: Json, args: Json) -> None:
         await attachment_get(self.c, command, args)
 
-    # -- conversations (pheby)
+    async def cmd_admin(self, command: Json, args: cmds.AdminArgs) -> None:
+        await admin.handle(self.c, command)

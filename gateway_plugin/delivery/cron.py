@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from canonical.model import Json, Lane
 from canonical.protocol import new_id
 from canonical.settings import GatewaySettings
 from gateway_plugin.attachments.flow import added_event
@@ -28,8 +29,6 @@ from gateway_plugin.delivery.turns import TurnTracker
 
 log = logging.getLogger("hdg.plugin.delivery")
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 Deliverable = tuple[Path, str | None]  # a file to deliver and its attachment kind
 
 # The attachment kind each of Hermes' media send methods stores (None: classified from

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
-Json = dict[str, Any]
+from canonical.model import Json
 
 # Hermes stores the user turn a moment after the send is recorded; a row older than a send
 # by more than this (clocks of one machine) is not that send's.

@@ -14,13 +14,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from canonical.jsonenc import dumps, dumps_clean
+from canonical.model import Json
 from gateway_plugin.delivery.message_ids import SentMessage
 from gateway_plugin.storage.sqlite_file import open_wal
-
-Json = dict[str, Any]
 
 SCHEMA_VERSION = 1
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit

@@ -14,10 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from canonical.model import Json, Lane
 from canonical.protocol import new_id, now_iso
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 _CURSOR_RE = re.compile(r"\s*▉\s*$")
 # "💻 terminal", "🔍 web_search: \"cats\"", "⚙️ tool(...)", "💬 thinking…"

@@ -18,7 +18,8 @@ from typing import Any
 
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
-from canonical.protocol import now_iso
+from canonical.model import Lane
+from canonical.protocol import new_id, now_iso
 from canonical.sentinel import bus_url_for_display
 from canonical.settings import GatewaySettings, require_token
 from gateway_plugin.channels.store import ChannelError
@@ -35,7 +36,6 @@ log = logging.getLogger("hdg.plugin")
 # The embedded edge closes its devices with 1001 and waits for them (uvicorn: 5 s at most).
 EDGE_STOP_WAIT_S = 8.0
 
-Lane = tuple[str, str | None]
 SendResult = hb.SendResult
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Lane
 from gateway_plugin.attachments import flow as attachment_flow
 from gateway_plugin.attachments import registry as attachments
 from gateway_plugin.delivery.cron import MEDIA_KINDS
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin")
 
-Lane = tuple[str, str | None]
 Metadata = dict[str, Any] | None
 
 

@@ -30,13 +30,13 @@ from hermes_constants import VALID_REASONING_EFFORTS, get_hermes_home
 from pydantic import SecretStr
 
 from canonical.errors import SettingsError
+from canonical.model import Lane
 from canonical.settings import GatewaySettings, load_settings, require_token
 from gateway_plugin.hermes.setup_flow import interactive_setup
 
 log = logging.getLogger("hdg.plugin")
 
 PLATFORM = "android"
-Lane = tuple[str, str | None]
 REASONING_EFFORTS = ["none", *VALID_REASONING_EFFORTS]
 
 PLATFORM_HINT = (

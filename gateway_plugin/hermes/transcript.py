@@ -10,13 +10,10 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from canonical.model import Json, Lane
 from canonical.protocol import iso_from_unix
 from gateway_plugin.hermes import state_db
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 
 @dataclass(frozen=True)

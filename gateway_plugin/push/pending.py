@@ -17,11 +17,9 @@ import json
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from canonical.model import Json
 from gateway_plugin.storage.sqlite_file import open_wal
-
-Json = dict[str, Any]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS pending_push (

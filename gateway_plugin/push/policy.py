@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.push")
 
-Json = dict[str, Any]
 Submit = Callable[[Json, float], Awaitable[None]]  # a push, and its delay in seconds
 CLOSE_WAIT_S = 5.0
 ACK_WRITES_WAIT_S = 2.0

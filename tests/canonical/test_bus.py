@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -11,8 +10,6 @@ from hypothesis import strategies as st
 
 from canonical import bus
 from canonical.bus import direct_batches, direct_envelope, direct_envelopes
-
-Json = dict[str, Any]
 
 
 def test_one_reply_is_sent_as_the_envelope_itself() -> None:

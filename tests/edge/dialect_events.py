@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from canonical.model import Json
 from gateway_plugin.channels.store import ChannelEntry
 from gateway_plugin.commands.interactive import Interactive
 from gateway_plugin.delivery.turns import TurnTracker, notice_events
 
-Json = dict[str, Any]
 LANE = ("android:default", None)
 CID = "c0ffee" * 5 + "00"
 

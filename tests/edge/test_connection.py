@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from canonical.model import Json
 from edge.connection import CLOSE_FLUSH_S, Connection
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
 from edge.errors import CLOSE_SLOW_CONSUMER, WireClosed
-
-Json = dict[str, Any]
 
 
 class Socket:

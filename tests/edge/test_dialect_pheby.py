@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from canonical.model import Json
+from canonical.model.commands import PLUGIN_COMMANDS
 from canonical.protocol import MAX_TEXT_CHARS, PHEBY_ERROR_CODES
 from edge.dialects import detect
 from edge.dialects.pheby import APPROVAL_CHOICES, REASONING_EFFORTS, PhebyDialect
@@ -25,7 +27,6 @@ from .dialect_events import (
     an_entry,
 )
 
-Json = dict[str, Any]
 pheby = PhebyDialect()
 
 
@@ -36,17 +37,27 @@ def is_iso(ts: Any) -> bool:
 # --------------------------------------------------------------------------- decode: valid
 
 VALID: list[tuple[Json, str, Json]] = [
-    ({"type": "conversation.list"}, "conversation.list", {}),
-    ({"type": "conversation.create"}, "conversation.create", {"name": None}),
+    # A conversation is a lane named by its id: its commands are the channel commands.
+    ({"type": "conversation.list"}, "channel.list", {"activity": True}),
     (
-        {"type": "conversation.create", "name": "New chat"},
-        "conversation.create",
-        {"name": "New chat"},
+        {"type": "conversation.create"},
+        "channel.create",
+        {"kind": "channel", "name": "New chat", "parent_chat_id": None},
+    ),
+    (
+        {"type": "conversation.create", "name": "Plans"},
+        "channel.create",
+        {"kind": "channel", "name": "Plans", "parent_chat_id": None},
     ),
     (
         {"type": "conversation.open", "conversation_id": CID},
-        "conversation.open",
-        {"conversation_id": CID, "limit": 200, "before_message_id": None},
+        "history",
+        {
+            "target": {"conversation_id": CID},
+            "limit": 200,
+            "before_message_id": None,
+            "view": "conversation",
+        },
     ),
     (
         {
@@ -55,18 +66,23 @@ VALID: list[tuple[Json, str, Json]] = [
             "limit": 50,
             "before_message_id": "m12",
         },
-        "conversation.open",
-        {"conversation_id": CID, "limit": 50, "before_message_id": "m12"},
+        "history",
+        {
+            "target": {"conversation_id": CID},
+            "limit": 50,
+            "before_message_id": "m12",
+            "view": "conversation",
+        },
     ),
     (
         {"type": "conversation.rename", "conversation_id": CID, "name": "Renamed"},
-        "conversation.rename",
-        {"conversation_id": CID, "name": "Renamed"},
+        "channel.rename",
+        {"target": {"conversation_id": CID}, "name": "Renamed"},
     ),
     (
         {"type": "conversation.delete", "conversation_id": CID},
-        "conversation.delete",
-        {"conversation_id": CID},
+        "channel.delete",
+        {"target": {"conversation_id": CID}, "purge_history": True},
     ),
     (
         {
@@ -75,8 +91,15 @@ VALID: list[tuple[Json, str, Json]] = [
             "text": "What's the weather?",
             "request_id": "r6",
         },
-        "chat.send",
-        {"conversation_id": CID, "text": "What's the weather?", "attachment_ids": []},
+        "message.send",
+        {
+            "target": {"conversation_id": CID},
+            "text": "What's the weather?",
+            "attachment_ids": [],
+            "client_id": None,
+            "auto_thread": False,
+            "reply_to": None,
+        },
     ),
     (
         {
@@ -85,18 +108,25 @@ VALID: list[tuple[Json, str, Json]] = [
             "text": "see",
             "attachment_ids": ["a1", "a2"],
         },
-        "chat.send",
-        {"conversation_id": CID, "text": "see", "attachment_ids": ["a1", "a2"]},
+        "message.send",
+        {
+            "target": {"conversation_id": CID},
+            "text": "see",
+            "attachment_ids": ["a1", "a2"],
+            "client_id": None,
+            "auto_thread": False,
+            "reply_to": None,
+        },
     ),
     (
         {"type": "run.cancel", "conversation_id": CID, "run_id": "8c1f"},
         "run.cancel",
-        {"conversation_id": CID, "run_id": "8c1f"},
+        {"target": {"conversation_id": CID}, "run_id": "8c1f"},
     ),
     (
         {"type": "run.cancel", "conversation_id": CID},
         "run.cancel",
-        {"conversation_id": CID, "run_id": None},
+        {"target": {"conversation_id": CID}, "run_id": None},
     ),
     (
         {"type": "approval.respond", "approval_id": "3d4e", "choice": "deny", "reason": "no"},
@@ -142,7 +172,7 @@ def test_a_valid_frame_decodes_to_its_command_and_arguments(
 
 
 def test_every_spec_request_type_has_a_decoder() -> None:
-    assert {v[1] for v in VALID} == {
+    assert {v[0]["type"] for v in VALID} == {
         "conversation.list",
         "conversation.create",
         "conversation.open",
@@ -607,11 +637,14 @@ def test_a_canonical_error_reply_is_rendered_as_an_error_frame() -> None:
     assert frame["request_id"] == "r6"
 
 
-def test_replies_for_iris_only_are_dropped_and_others_lose_the_marker() -> None:
-    assert pheby.encode_reply({"type": "history", "dialect_only": "iris"}) is None
-    snapshot = {"type": "conversation.snapshot", "conversations": [], "request_id": "r1"}
-    assert pheby.encode_reply({**snapshot, "dialect_only": "pheby"}) == snapshot
-    assert pheby.encode_reply(snapshot) == snapshot
+def test_a_reply_of_no_canonical_shape_reaches_the_device_as_it_is() -> None:
+    ready = {"type": "yolo.snapshot", "enabled": True, "request_id": "r1"}
+    assert pheby.encode_reply(ready) == ready
+
+
+def test_the_live_history_view_has_no_pheby_frame() -> None:
+    reply = {"type": "history", "chat_id": "c", "thread_id": None, "messages": []}
+    assert pheby.encode_reply({**reply, "has_more": False, "request_id": "r1"}) is None
 
 
 # --------------------------------------------------------------------------- detect
@@ -693,5 +726,5 @@ def test_decode_raises_nothing_but_frame_rejected_for_any_json_object(frame: Jso
         return
     assert ("local" in decoded) != ("cmd" in decoded)
     if "cmd" in decoded:
-        assert decoded["cmd"] == frame["type"]
+        assert decoded["cmd"] in {spec.name for spec in PLUGIN_COMMANDS}
         assert isinstance(decoded["args"], dict)

@@ -4,16 +4,15 @@ limits, and `attachment.added` encodes to pheby's event and iris' `media.offer`.
 from __future__ import annotations
 
 import base64
-from typing import Any
 
 import pytest
 
 from canonical.attachments import CHUNK_MAX_BYTES, PULL_HEADER
+from canonical.model import Json
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
 from edge.errors import FrameRejected
 
-Json = dict[str, Any]
 IRIS = IrisDialect()
 PHEBY = PhebyDialect()
 ID = "0123456789abcdef0123456789abcdef"
@@ -92,13 +91,13 @@ def test_bad_media_frames_are_refused_with_bad_request(frame: Json) -> None:
     assert refused.value.code == "bad_request"
 
 
-def test_message_send_carries_media_refs_only_when_given() -> None:
+def test_message_send_carries_media_refs_as_the_sends_attachments() -> None:
     plain = IRIS.decode({"type": "message.send", "chat_id": "c", "text": "t", "client_id": "x"})
-    assert "media_refs" not in plain["args"]
+    assert plain["args"]["attachment_ids"] == []
     with_refs = IRIS.decode(
         {"type": "message.send", "chat_id": "c", "text": "t", "client_id": "x", "media_refs": [ID]}
     )
-    assert with_refs["args"]["media_refs"] == [ID]
+    assert with_refs["args"]["attachment_ids"] == [ID]
 
 
 def test_attachment_added_is_media_offer_for_iris_and_the_spec_event_for_pheby() -> None:

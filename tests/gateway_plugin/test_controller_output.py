@@ -12,6 +12,9 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
+from edge.dialects.iris import IrisDialect
+from edge.dialects.pheby import PhebyDialect
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
@@ -19,7 +22,6 @@ from tests.gateway_plugin.plugin_parts import IdleAgent
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
 
-Json = dict[str, Any]
 CRON_TEXT = "Cronjob Response: nightly\n(job_id: j1)\n-------------\n\nthe report"
 HOME = ("android:default", None)
 
@@ -56,21 +58,23 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
     assert len(_outbox(rig)) == before
 
 
-def _command(cmd: str, request_id: str, **args: Any) -> Json:
-    """An iris device's command as its edge puts it on the bus."""
+def _command(frame_type: str, request_id: str, *, dialect: str = "iris", **fields: Any) -> Json:
+    """A device's frame as its edge puts it on the bus: a canonical command."""
+    codec = IrisDialect() if dialect == "iris" else PhebyDialect()
+    decoded = codec.decode({"type": frame_type, **fields})
     return {
-        "cmd": cmd,
+        "cmd": decoded["cmd"],
         "edge": "e1",
         "conn": f"c-{request_id}",
-        "dialect": "iris",
+        "dialect": dialect,
         "device_id": "phone",
         "request_id": request_id,
-        "args": args,
+        "args": decoded["args"],
     }
 
 
-def _history(chat_id: str, request_id: str, **args: Any) -> Json:
-    return _command("history", request_id, chat_id=chat_id, thread_id=None, limit=50, **args)
+def _history(chat_id: str, request_id: str, **fields: Any) -> Json:
+    return _command("history", request_id, chat_id=chat_id, limit=50, **fields)
 
 
 async def test_an_archived_channel_keeps_its_history_readable(rig: _Rig) -> None:
@@ -111,7 +115,7 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         controller.channels.set_default("android:default")
         lane = (thread.chat_id, thread.thread_id)
         controller.emit(controller.turns.accept(lane, thread.conversation_id)[1])
-        await rig.submit(_command("channel.delete", "d1", chat_id=channel.chat_id, thread_id=None))
+        await rig.submit(_command("channel.delete", "d1", chat_id=channel.chat_id))
         await rig.replies_for(1)
         assert agent.stopped == [lane]
         deleted = [
@@ -142,7 +146,6 @@ def _send(text: str, client_id: str) -> Json:
         "message.send",
         client_id,
         chat_id="android:default",
-        thread_id=None,
         text=text,
         client_id=client_id,
     )
@@ -155,14 +158,14 @@ async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
     rig: _Rig = await make_rig(agent=agent)
     try:
         await rig.submit(_send("first", "c1"))
-        await rig.replies_for(1)  # message.ack: the send is stored
+        await rig.replies_for(1)  # send.accepted: the send is stored
         finished = [e for e in _outbox(rig) if e["type"] == "run.finished"]
         assert [f["status"] for f in finished] == ["failed"] and "send it again" in finished[0][
             "error"
         ]
         await rig.submit(_send("second", "c2"))
         replies = await rig.replies_for(2)
-        assert replies[1]["body"]["type"] == "message.ack"  # not run_active
+        assert replies[1]["body"]["type"] == "send.accepted"  # not run_active
         assert agent.taken == ["(refused)", "second"]
     finally:
         await rig.controller.stop()
@@ -282,14 +285,20 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
         assert announced == [("android:default", False), (work.chat_id, True)]
         # Auto-threading follows the default: a thread in Work, a flat send in the old one.
         for chat_id, client_id in ((work.chat_id, "c-w"), ("android:default", "c-d")):
-            frame = _send("plan the trip", client_id)
-            frame["args"].update(chat_id=chat_id, auto_thread=True)
-            await rig.submit(frame)
+            send = _command(
+                "message.send",
+                client_id,
+                chat_id=chat_id,
+                text="plan the trip",
+                client_id=client_id,
+                auto_thread=True,
+            )
+            await rig.submit(send)
         await rig.submit(_command("channel.create", "t1", kind="thread", name="Topic"))
         replies = await rig.replies_for(4)
         in_work, in_old, created = (r["body"] for r in replies[1:])
-        assert in_work["type"] == "message.ack" and in_work["thread_id"] is not None
-        assert (in_old["type"], in_old["thread_id"]) == ("message.ack", None)
+        assert in_work["type"] == "send.accepted" and in_work["thread_id"] is not None
+        assert (in_old["type"], in_old["thread_id"]) == ("send.accepted", None)
         assert created["entry"]["parent_chat_id"] == work.chat_id
         assert agent.lanes == [(work.chat_id, in_work["thread_id"]), ("android:default", None)]
     finally:
@@ -354,10 +363,12 @@ async def test_deleting_the_moved_default_conversation_clears_it_and_keeps_the_c
         controller.channels.set_threads_enabled("android:default", True)  # moves with it
         work = controller.channels.create_channel("Work")
         controller.channels.set_default(work.chat_id)
-        delete = _command("conversation.delete", "x1", conversation_id=work.conversation_id)
-        await rig.submit({**delete, "dialect": "pheby"})
+        delete = _command(
+            "conversation.delete", "x1", dialect="pheby", conversation_id=work.conversation_id
+        )
+        await rig.submit(delete)
         [reply] = await rig.replies_for(1)
-        assert reply["body"]["type"] == "conversation.deleted"
+        assert reply["body"]["type"] == "result" and reply["body"]["op"] == "channel.delete"
         assert agent.forgotten == [(work.chat_id, None)]
         assert not controller.channels.lane_for(work.chat_id, None).archived
     finally:

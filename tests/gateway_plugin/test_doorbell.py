@@ -11,11 +11,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from canonical.errors import BusUnavailable
+from canonical.model import Json
 from canonical.redis_bus import RedisBus
 from canonical.redis_timeouts import RedisTimeouts
 from gateway_plugin.delivery.outbox import Outbox
@@ -23,7 +23,6 @@ from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 from tests.harness.partition import PartitionableRelay
 from tests.harness.processes import RedisServer
 
-Json = dict[str, Any]
 TOKEN = "pairing-token-" + "d" * 30
 TENANT = "tenant-doorbell"
 # The plugin gives up on a silent link at once; the edge's own link stays up, so nothing

@@ -14,13 +14,13 @@ from prometheus_client import REGISTRY, generate_latest
 
 from canonical.bus import token_digest
 from canonical.memory_bus import MemoryBus
+from canonical.model import Json
 from edge.dialects.iris import IrisDialect
 from edge.errors import FrameRejected
 from gateway_plugin.access import admin
 from gateway_plugin.controller import Controller
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
-Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
 TENANT = "tenant-a"
 

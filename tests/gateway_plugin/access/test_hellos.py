@@ -14,12 +14,12 @@ import pytest
 
 from canonical.bus import direct_envelopes
 from canonical.memory_bus import MemoryBus
+from canonical.model import Json
 from gateway_plugin.access import hellos
 from gateway_plugin.commands import reader as command_reader
 from gateway_plugin.controller import Controller
 from tests.gateway_plugin.plugin_parts import new_controller, plugin_environment
 
-Json = dict[str, Any]
 TOKEN = "pairing-token-" + "h" * 30
 TENANT = "tenant-h"
 

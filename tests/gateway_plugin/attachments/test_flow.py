@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
 
+from canonical.model import Json
 from tests.gateway_plugin.access.test_hellos import _Rig, make_rig, rig
 
 __all__ = ["make_rig", "rig"]  # the fixtures, shared with the hellos' tests
-
-Json = dict[str, Any]
 
 
 def _register(attachment_id: str, sha256: str, size: int, conn: str) -> Json:

@@ -4,8 +4,8 @@ never reaches Hermes, and stale pickers are closed on every device."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
+from canonical.model import Json
 from gateway_plugin.commands.decisions import offered_models
 from gateway_plugin.commands.interactive import PICKER_TTL_S
 from tests.gateway_plugin.access.test_hellos import _Rig, make_rig, rig
@@ -14,7 +14,6 @@ from tests.gateway_plugin.test_controller_output import _command, _outbox
 
 __all__ = ["make_rig", "rig"]
 
-Json = dict[str, Any]
 LANE = ("android:default", None)
 CHOICES = [{"value": "high", "label": "High", "is_current": False}]
 

@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from canonical.bus import CONSUMER_GROUP, Subscription, command_stream, direct_envelopes
+from canonical.model import Json
 from canonical.redis_bus import RedisBus
 from gateway_plugin.commands.once import (
     CLOCK_MARGIN_S,
@@ -28,7 +29,6 @@ from tests.gateway_plugin.test_controller_output import _command
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.processes import RedisServer
 
-Json = dict[str, Any]
 TOKEN = "pairing-token-" + "o" * 30
 TENANT = "tenant-once"
 WINDOW_S = 1.0  # a command window of a second, so a test can outwait it
@@ -365,7 +365,7 @@ async def test_answers_to_reads_are_not_kept_only_those_to_changes(
     await edge.listen()
     plugin = await start_plugin(server.url)
     await edge.submit("channel.list", "l1")
-    await edge.submit("conversation.list", "l2")
+    await edge.submit("history", "l2", chat_id=HOME)
     await edge.submit("channel.create", "c1", name="Trips")
 
     async def answered() -> bool:

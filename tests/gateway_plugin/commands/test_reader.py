@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
+from canonical.model import Json
 from gateway_plugin.commands.reader import STORM_HELLOS, STORM_LINGER_S, linger_after
-
-Json = dict[str, Any]
 
 
 def _read(*cmds: str) -> list[tuple[str, Json]]:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from gateway_plugin.attachments.registry import AttachmentRegistry
 from gateway_plugin.channels.store import ChannelDirectory
 from gateway_plugin.delivery.outbox import Outbox
@@ -18,7 +19,6 @@ from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes.bridge import PlatformConfig
 from gateway_plugin.hermes.cron_send import standalone_send
 
-Json = dict[str, Any]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
 CRON_TEXT = "Cronjob Response: nightly\n(job_id: j1)\n-------------\n\nthe chart"
 

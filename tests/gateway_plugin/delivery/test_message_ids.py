@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from canonical.model import Json
 from gateway_plugin.delivery.message_ids import SentMessage, assign, text_digest
-
-Json = dict[str, Any]
 
 
 def _sent(message_id: str, run_id: str | None, text: str, created: float) -> SentMessage:

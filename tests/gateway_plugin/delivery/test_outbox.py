@@ -10,17 +10,15 @@ import types
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gateway_plugin.delivery.outbox as outbox_module
+from canonical.model import Json
 from gateway_plugin.delivery.message_ids import SentMessage, text_digest
 from gateway_plugin.delivery.outbox import Outbox
-
-Json = dict[str, Any]
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json, Lane
 from gateway_plugin.attachments.registry import AttachmentRegistry
 from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry
 from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes.adapter_media import MediaSendsMixin
 
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40
 FILE_METHODS = ("send_image_file", "send_voice", "send_video", "send_document")
 

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.memory_bus import MemoryBus
+from canonical.model import Json
 from canonical.protocol import new_id, now_iso
 from canonical.redis_bus import RedisBus
 from canonical.settings import load_settings
@@ -36,7 +37,6 @@ from workers.jobs import PUSH_QUEUE
 from workers.push.acks import RedisAcks
 from workers.push.jobs import push_notify
 
-Json = dict[str, Any]
 TOKEN = "pairing-token-" + "p" * 30
 TENANT = "tenant-p"
 LANE = ["android:default", None]
