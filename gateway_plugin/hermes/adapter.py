@@ -19,7 +19,7 @@ from typing import Any
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
 from canonical.model import Lane
-from canonical.protocol import new_id, now_iso
+from canonical.protocol import now_iso
 from canonical.sentinel import bus_url_for_display
 from canonical.settings import GatewaySettings, require_token
 from gateway_plugin.channels.store import ChannelError

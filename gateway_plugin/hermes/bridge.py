@@ -30,7 +30,6 @@ from hermes_constants import VALID_REASONING_EFFORTS, get_hermes_home
 from pydantic import SecretStr
 
 from canonical.errors import SettingsError
-from canonical.model import Lane
 from canonical.settings import GatewaySettings, load_settings, require_token
 from gateway_plugin.hermes.setup_flow import interactive_setup
 

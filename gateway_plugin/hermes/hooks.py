@@ -11,7 +11,8 @@ from typing import Any
 
 from gateway.session_context import get_session_env
 
-from gateway_plugin.hermes.bridge import PLATFORM, Lane
+from canonical.model import Lane
+from gateway_plugin.hermes.bridge import PLATFORM
 
 # Live adapters of this process, for the plugin hooks (which Hermes calls without one).
 ADAPTERS: list[Any] = []

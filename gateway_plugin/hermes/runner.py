@@ -12,8 +12,9 @@ import asyncio
 import logging
 from typing import Any
 
+from canonical.model import Lane
 from gateway_plugin.hermes import contract
-from gateway_plugin.hermes.bridge import PLATFORM, Lane, MessageEvent
+from gateway_plugin.hermes.bridge import PLATFORM, MessageEvent
 
 log = logging.getLogger("hdg.plugin")
 
