@@ -86,6 +86,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
             data_dir=data_dir,
             state_db=home / "state.db",
             agent=self,
+            env_file=home / ".env",
         )
         try:
             await self.controller.start()
