@@ -31,7 +31,8 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 
 def env_line(key: str, value: str) -> str:
-    """One ``KEY=value`` line that python-dotenv reads back as ``value``."""
+    """One ``KEY=value`` line that python-dotenv reads back as ``value`` (unless it holds
+    ``${NAME}``, which Hermes' loader expands in any quoting; tokens and paths never do)."""
     if _BARE.match(value):
         return f"{key}={value}"
     escaped = value.replace("\\", "\\\\").replace("'", "\\'")
