@@ -2,67 +2,37 @@
 Hermes' ``config.yaml`` ``gateway.platforms.android.extra``).
 
 Variable names are those of spec 03 §3.1 (``ANDROID_TOKEN``, ``ANDROID_WS_PORT`` ...).
-Environment variables override ``extra``, as Hermes does for its own platforms.
+Environment variables override ``extra``, as Hermes does for its own platforms; both
+override secret files (``canonical.settings_base``).
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import SettingsError
 from .redis_timeouts import RedisTimeouts
 from .sentinel import is_sentinel_url, parse_sentinel_url
+from .settings_base import HdgSettings, NamedEnvironment, documented_name, reading_environ
 
 MIB = 1024 * 1024
 
 
-def documented_name(field: Any) -> str | None:
-    """A field's environment variable: its alias, or the first of its alias choices."""
-    alias = field.validation_alias
-    if isinstance(alias, str):
-        return alias
-    choices = getattr(alias, "choices", None)
-    if choices and isinstance(choices[0], str):
-        return str(choices[0])
-    return None
-
-
-class NamedEnvironment(PydanticBaseSettingsSource):
-    """Only the documented variable names (ANDROID_*, NTFY_*, HDG_*) are read from the
-    environment, never a field's bare name: a generic PORT or TOKEN must not configure us."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        name = documented_name(field)
-        if name is not None:
-            for key, value in os.environ.items():
-                if key.upper() == name.upper():
-                    return value, field_name, False
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for field_name, field in self.settings_cls.model_fields.items():
-            value, _, _ = self.get_field_value(field, field_name)
-            if value is not None:
-                values[documented_name(field) or field_name] = value
-        return values
-
-
-class GatewaySettings(BaseSettings):
+class GatewaySettings(HdgSettings):
     """Everything the plugin, the edges and the CLI need; each process reads what it uses."""
 
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
+    # The environment overrides config.yaml `extra` (passed as keyword values).
+    environment_over_init = True
 
     token: SecretStr | None = Field(
         default=None,
         validation_alias="ANDROID_TOKEN",
         json_schema_extra={"extra_keys": ["token"]},
-        description="Pairing token every device presents at `hello`. Required; `hdgctl setup` generates one.",
+        description="Pairing token every device presents at `hello`. Required; `hdgctl setup` generates one. Also read from a secret file (`ANDROID_SECRETS_DIR`).",
     )
     ws_host: str = Field(
         default="127.0.0.1",
@@ -96,6 +66,18 @@ class GatewaySettings(BaseSettings):
         json_schema_extra={"extra_keys": ["allow_all_users"]},
         description="Admit any device that presents the token, ignoring the allowlist. For development only.",
     )
+    admin_token: SecretStr | None = Field(
+        default=None,
+        validation_alias="ANDROID_ADMIN_TOKEN",
+        json_schema_extra={"extra_keys": ["admin_token"]},
+        description="Token admin frames (`hdgctl devices`, `hdgctl token rotate`) must carry; unset: the one in `<data dir>/admin.token`, created at the first start. Also read from a secret file.",
+    )
+    admin_devices: str = Field(
+        default="",
+        validation_alias="ANDROID_ADMIN_DEVICES",
+        json_schema_extra={"extra_keys": ["admin_devices"]},
+        description="Comma-separated device ids allowed to send admin frames; empty: any device with the admin token.",
+    )
     push_backend: Literal["fcm", "ntfy", "none"] = Field(
         default="fcm",
         validation_alias="ANDROID_PUSH_BACKEND",
@@ -105,8 +87,8 @@ class GatewaySettings(BaseSettings):
     fcm_service_account: Path | None = Field(
         default=None,
         validation_alias="ANDROID_FCM_SERVICE_ACCOUNT",
-        json_schema_extra={"extra_keys": ["fcm_service_account"]},
-        description="Path of the Firebase service-account JSON key used for FCM HTTP v1.",
+        json_schema_extra={"extra_keys": ["fcm_service_account"], "secret_file": True},
+        description="Path of the Firebase service-account JSON key used for FCM HTTP v1. A secret file of this name is the key itself (its path is used).",
     )
     fcm_server_key: SecretStr | None = Field(
         default=None,
@@ -199,6 +181,20 @@ class GatewaySettings(BaseSettings):
         json_schema_extra={"extra_keys": ["edge_workers"]},
         description="`python -m edge` only: edge processes sharing its port (one per core).",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        validation_alias="ANDROID_METRICS_PORT",
+        json_schema_extra={"extra_keys": ["metrics_port"]},
+        description="Port of the plugin's own Prometheus metrics (`hdg_plugin_*`, scaled mode); unset: not served.",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        validation_alias="ANDROID_METRICS_HOST",
+        json_schema_extra={"extra_keys": ["metrics_host"]},
+        description="Address the plugin's metrics listen on (`ANDROID_METRICS_PORT`).",
+    )
     data_dir: Path | None = Field(
         default=None,
         validation_alias="ANDROID_DATA_DIR",
@@ -281,18 +277,6 @@ class GatewaySettings(BaseSettings):
         description="Scaled mode: seconds of silence after which a Redis connection is checked with a PING.",
     )
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Environment first: it overrides config.yaml `extra`, passed as init kwargs.
-        return (NamedEnvironment(settings_cls), init_settings, file_secret_settings)
-
     @field_validator("bus_url")
     @classmethod
     def _known_bus(cls, value: str) -> str:
@@ -315,6 +299,18 @@ class GatewaySettings(BaseSettings):
         if (value is None) != (info.data.get("ws_cert") is None):
             raise ValueError("ANDROID_WS_CERT and ANDROID_WS_KEY go together: set both or neither")
         return value
+
+    @field_validator("admin_token", "metrics_port", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("metrics_host")
+    @classmethod
+    def _metrics_host(cls, value: str) -> str:
+        return value.strip() or "127.0.0.1"
 
     @field_validator("home_channel")
     @classmethod
@@ -342,13 +338,19 @@ class GatewaySettings(BaseSettings):
             health_check_s=self.redis_health_check_s,
         )
 
+    @property
+    def admin_device_ids(self) -> frozenset[str]:
+        return frozenset(part.strip() for part in self.admin_devices.split(",") if part.strip())
+
     def token_value(self) -> str | None:
         return self.token.get_secret_value() if self.token is not None else None
 
+    def admin_token_value(self) -> str | None:
+        return self.admin_token.get_secret_value() if self.admin_token is not None else None
+
 
 def _env_name(field_name: str) -> str:
-    alias = GatewaySettings.model_fields[field_name].validation_alias
-    return alias if isinstance(alias, str) else field_name
+    return documented_name(GatewaySettings.model_fields[field_name]) or field_name
 
 
 def _extra_keys(field_name: str) -> list[str]:
@@ -365,9 +367,15 @@ _EXTRA_TO_FIELD: dict[str, str] = {
 }
 
 
-def load_settings(extra: dict[str, Any] | None = None, **overrides: Any) -> GatewaySettings:
-    """Build settings from env > ``extra`` (config.yaml) > defaults.
+def load_settings(
+    extra: dict[str, Any] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> GatewaySettings:
+    """Build settings from env > ``extra`` (config.yaml) > secret files > defaults.
 
+    ``environ`` replaces the process environment (a Hermes home's as Hermes sees it).
     Raises :class:`SettingsError` naming the first bad setting, so start-up stops with
     one clear line instead of a pydantic traceback.
     """
@@ -376,7 +384,8 @@ def load_settings(extra: dict[str, Any] | None = None, **overrides: Any) -> Gate
         if value is not None and key in _EXTRA_TO_FIELD:
             init[_EXTRA_TO_FIELD[key]] = value
     try:
-        return GatewaySettings(**init)
+        with reading_environ(environ):
+            return GatewaySettings(**init)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = str(first["loc"][0]) if first["loc"] else "settings"
@@ -387,12 +396,32 @@ def load_settings(extra: dict[str, Any] | None = None, **overrides: Any) -> Gate
         raise SettingsError(name, str(first["msg"])) from None
 
 
+def environment_values(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The documented variables set (non-empty) in the environment, by name, unvalidated:
+    for what must not fail on a bad value (Hermes' status seed, setup's notes)."""
+    with reading_environ(environ):
+        values = NamedEnvironment(GatewaySettings)()
+    return {name: str(value) for name, value in values.items() if str(value).strip()}
+
+
 def require_token(settings: GatewaySettings) -> str:
     token = settings.token_value()
     if not token:
         raise SettingsError(
-            "ANDROID_TOKEN", "is not set; run `hermes-device-gateway setup` to create one"
+            "ANDROID_TOKEN",
+            "is not set; run `hdgctl setup` (or `hermes gateway setup`) to create one",
         )
     if len(token) < 16:
         raise SettingsError("ANDROID_TOKEN", "is too short (at least 16 characters)")
     return token
+
+
+__all__ = [
+    "MIB",
+    "GatewaySettings",
+    "NamedEnvironment",
+    "documented_name",
+    "environment_values",
+    "load_settings",
+    "require_token",
+]

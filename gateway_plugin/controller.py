@@ -65,8 +65,11 @@ class Controller:
         data_dir: Path,
         state_db: Path,
         agent: AgentPort,
+        env_file: Path | None = None,
     ) -> None:
         self.settings = settings
+        # The Hermes home's .env: where a rotated pairing token is kept (admin.py).
+        self.env_file = env_file
         self.bus = bus
         self.tenant = tenant
         self.token = token

@@ -14,12 +14,12 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from canonical import hermes_home as homes
 from canonical.errors import SettingsError
+from canonical.pairing import Pairing
 from gateway_plugin.hermes.setup_flow import SetupError, android_extra, check_port, home_pairing
 
-from . import home as homes
 from . import ops
-from .pairing import Pairing
 
 
 def _python_bin(name: str) -> str:
@@ -36,25 +36,21 @@ def _free_port() -> int:
 
 
 def _pairing(home: Path, host: str | None = None, name: str = "Hermes") -> Pairing:
-    env = homes.read_env(home)
-    token = env.get("ANDROID_TOKEN") or os.environ.get("ANDROID_TOKEN")  # .env wins, as in Hermes
+    settings = ops.home_settings(home)  # .env wins over the shell, as in Hermes
+    token = settings.token_value()
     if not token:
         raise SystemExit(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl up` or `hdgctl setup` first"
         )
-    extra = (
-        ((homes.read_config(home).get("gateway") or {}).get("platforms") or {}).get("android") or {}
-    ).get("extra") or {}
-    bind = os.environ.get("ANDROID_WS_HOST") or str(extra.get("host", "127.0.0.1"))
     try:
-        port = check_port(os.environ.get("ANDROID_WS_PORT") or extra.get("port", 8790))
+        port = check_port(settings.ws_port)
     except SetupError as exc:
         raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
-    tls = bool(env.get("ANDROID_WS_CERT") or os.environ.get("ANDROID_WS_CERT"))
+    bind = settings.ws_host
     # chat runs on the gateway's host: a wildcard listen address is reached over loopback
     # (`::` listens on IPv6 only).
     shown = host or {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(bind, bind)
-    return Pairing(host=shown, port=port, token=token, tls=tls, name=name)
+    return Pairing(host=shown, port=port, token=token, tls=settings.ws_cert is not None, name=name)
 
 
 def cmd_pair(args: argparse.Namespace) -> int:
@@ -128,7 +124,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         extra["port"] = args.port
     homes.enable_plugin(config, {"host": extra["host"], "port": extra["port"]})
     homes.write_config(home, config)
-    if not (os.environ.get("ANDROID_TOKEN") or env.get("ANDROID_TOKEN")):
+    if not ops.home_settings(home).token_value():
         homes.set_env(home, {"ANDROID_TOKEN": homes.new_token()})
         print("Generated a pairing token in", home / ".env")
     cmd_pair(
@@ -164,10 +160,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     context = None
     if url.startswith("wss://"):
         # The edge's own certificate is trusted (pinned), as for hdgctl devices / token.
-        cert = homes.read_env(Path(args.home)).get("ANDROID_WS_CERT") or os.environ.get(
-            "ANDROID_WS_CERT"
-        )
-        context = ops.tls_context(Path(cert) if cert else None, insecure=False)
+        cert = ops.home_settings(Path(args.home)).ws_cert
+        context = ops.tls_context(cert, insecure=False)
     return asyncio.run(
         run_chat(
             url,

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from pydantic import AliasChoices
-
+from canonical import hermes_home as homes
 from canonical.client import DeviceClient
 from canonical.model import Json
 from canonical.settings import GatewaySettings, load_settings
@@ -28,12 +27,11 @@ from gateway_plugin.access.admin import load_admin_token
 from gateway_plugin.hermes.setup_flow import (
     SetupChoices,
     SetupError,
+    android_extra,
     apply_setup,
     current_choices,
     show_pairing,
 )
-
-from . import home as homes
 
 CLOSE_ROTATED = 4401
 
@@ -52,27 +50,10 @@ class Target:
 
 
 def home_settings(home: Path) -> GatewaySettings:
-    """The plugin's settings for this home: environment > .env > config.yaml extra."""
-    extra: dict[str, Any] = dict(
-        ((homes.read_config(home).get("gateway") or {}).get("platforms") or {})
-        .get("android", {})
-        .get("extra")
-        or {}
-    )
-    extra.update(_as_fields(homes.read_env(home)))  # later keys win over config.yaml's
-    return load_settings(extra)
-
-
-def _as_fields(dotenv: dict[str, str]) -> dict[str, str]:
-    """`.env` variables (ANDROID_TOKEN …) under the settings' field names."""
-    by_env: dict[str, str] = {}
-    for name, field in GatewaySettings.model_fields.items():
-        alias = field.validation_alias
-        choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
-        for choice in choices:
-            if isinstance(choice, str) and choice.isupper():
-                by_env[choice] = name
-    return {by_env[key]: value for key, value in dotenv.items() if key in by_env}
+    """The plugin's settings for this home: the environment as Hermes has it (the home's
+    .env over the shell's variables) > config.yaml extra > secret files."""
+    extra = android_extra(homes.read_config(home))
+    return load_settings(extra, environ=homes.hermes_environ(home))
 
 
 def tls_context(cert: Path | None, insecure: bool) -> ssl.SSLContext:
@@ -96,17 +77,12 @@ def resolve_target(
 ) -> Target:
     # The token, certificate and admin token the running gateway has: its .env wins over
     # a (stale) ANDROID_TOKEN in this shell, as when Hermes loads it.
-    with homes.hermes_environment(home):
-        return _resolve_target(home, url, insecure=insecure, token=token)
-
-
-def _resolve_target(home: Path, url: str | None, *, insecure: bool, token: str | None) -> Target:
     settings = home_settings(home)
     pairing_token = token or settings.token_value()
     if not pairing_token:
         raise OpsError(f"no ANDROID_TOKEN for {home}; run `hdgctl setup --home {home}` first")
     data_dir = settings.data_dir or home / "android"
-    admin_token = load_admin_token(data_dir)
+    admin_token = load_admin_token(data_dir, settings.admin_token_value())
     if not admin_token:
         raise OpsError(
             f"no admin token in {data_dir / 'admin.token'} (the plugin writes it when it "

@@ -2,7 +2,8 @@
 
 Variable names match the gateway's (``ANDROID_BUS_URL``, ``ANDROID_PUSH_BACKEND``,
 ``ANDROID_FCM_SERVICE_ACCOUNT``, ``NTFY_*``) plus worker-only ``HDG_*`` knobs. Keyword
-arguments to :func:`load_config` win over the environment (tests, embedded mode).
+arguments to :func:`load_config` win over the environment (tests, embedded mode), which
+wins over secret files (``ANDROID_SECRETS_DIR``, ``canonical.settings_base``).
 
 Every validation problem surfaces as one :class:`~workers.errors.ConfigError` whose
 message starts with the environment variable's name.
@@ -16,11 +17,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from canonical.redis_timeouts import RedisTimeouts
 from canonical.sentinel import is_sentinel_url, parse_sentinel_url
-from canonical.settings import NamedEnvironment
+from canonical.settings_base import HdgSettings, documented_name
 
 from .errors import ConfigError
 
@@ -37,22 +37,9 @@ def _env(name: str, field: str, default: Any, **constraints: Any) -> Any:
     return Field(default=default, validation_alias=AliasChoices(name, field), **constraints)
 
 
-class WorkerConfig(BaseSettings):
-    """Everything the push, media and maintenance workers read."""
-
-    model_config = SettingsConfigDict(extra="ignore", case_sensitive=False, populate_by_name=True)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Keyword overrides, then only the documented variable names (never a bare BUS_URL).
-        return (init_settings, NamedEnvironment(settings_cls), file_secret_settings)
+class WorkerConfig(HdgSettings):
+    """Everything the push, media and maintenance workers read; keyword overrides win over
+    the environment, which wins over secret files."""
 
     # -- bus -------------------------------------------------------------------------
     bus_url: str = _env(
@@ -95,7 +82,8 @@ class WorkerConfig(BaseSettings):
         "ANDROID_FCM_SERVICE_ACCOUNT",
         "fcm_service_account",
         None,
-        description="Path of the Firebase service-account JSON key.",
+        json_schema_extra={"secret_file": True},
+        description="Path of the Firebase service-account JSON key; a secret file of this name is the key itself.",
     )
     fcm_server_key: SecretStr | None = _env(
         "ANDROID_FCM_SERVER_KEY",
@@ -378,10 +366,7 @@ class WorkerConfig(BaseSettings):
 
 
 def _env_name(field_name: str) -> str:
-    alias = WorkerConfig.model_fields[field_name].validation_alias
-    if isinstance(alias, AliasChoices) and isinstance(alias.choices[0], str):
-        return alias.choices[0]
-    return field_name  # pragma: no cover - every field has an alias
+    return documented_name(WorkerConfig.model_fields[field_name]) or field_name
 
 
 _ENV_NAMES: dict[str, str] = {name: _env_name(name) for name in WorkerConfig.model_fields}

@@ -10,7 +10,8 @@ Admin frames (iris dialect, docs/operations.md "Admin access"):
 Who may send them: a connection that presents the **admin token** in the frame
 (``admin_token``). The edge replaces it by its SHA-256 before the command reaches the bus,
 so the admin token never travels through Redis or a log; the plugin compares digests in
-constant time. The admin token is ``ANDROID_ADMIN_TOKEN`` if set, else the contents of
+constant time. The admin token is ``ANDROID_ADMIN_TOKEN`` if set (in the environment or
+a secret file), else the contents of
 ``<data dir>/admin.token`` (created on first start, mode 0600): whoever can read the Hermes
 home may administer it; a phone holding only the pairing token may not.
 ``ANDROID_ADMIN_DEVICES`` (comma-separated device ids) narrows it further.
@@ -34,6 +35,7 @@ from pydantic import SecretStr
 
 from canonical import logredact
 from canonical.bus import token_digest
+from canonical.envfile import update_env_file
 from canonical.errors import BusUnavailable
 from canonical.model import Json
 from canonical.protocol import error_body
@@ -46,6 +48,7 @@ log = logging.getLogger("hdg.plugin.admin")
 
 
 ADMIN_TOKEN_FILE = "admin.token"
+TOKEN_ENV = "ANDROID_TOKEN"
 CLOSE_UNAUTHORIZED = 4401
 CLOSE_REVOKED = 4403
 TOKEN_RE = re.compile(r"^[A-Za-z0-9._~-]{32,512}$")
@@ -63,11 +66,13 @@ def admin_token_path(data_dir: Path) -> Path:
     return data_dir / ADMIN_TOKEN_FILE
 
 
-def load_admin_token(data_dir: Path, *, create: bool = False) -> str | None:
-    """``ANDROID_ADMIN_TOKEN``, else ``<data_dir>/admin.token`` (created 0600 if asked)."""
-    configured = os.environ.get("ANDROID_ADMIN_TOKEN", "").strip()
-    if configured:
-        return configured
+def load_admin_token(
+    data_dir: Path, configured: str | None = None, *, create: bool = False
+) -> str | None:
+    """``configured`` (the settings' ``ANDROID_ADMIN_TOKEN``, from the environment or a
+    secret file), else ``<data_dir>/admin.token`` (created 0600 if asked)."""
+    if configured and configured.strip():
+        return configured.strip()
     path = admin_token_path(data_dir)
     try:
         value = path.read_text(encoding="utf-8").strip()
@@ -85,11 +90,6 @@ def load_admin_token(data_dir: Path, *, create: bool = False) -> str | None:
     return value
 
 
-def admin_devices() -> frozenset[str]:
-    raw = os.environ.get("ANDROID_ADMIN_DEVICES", "")
-    return frozenset(part.strip() for part in raw.split(",") if part.strip())
-
-
 @dataclass
 class _AdminState:
     digest: str
@@ -102,12 +102,13 @@ _STATE: weakref.WeakKeyDictionary[Controller, _AdminState] = weakref.WeakKeyDict
 # -- lifecycle (Controller.start / stop)
 def attach(controller: Controller) -> None:
     """Admin credential, log redaction, metrics for one running controller."""
-    admin_token = load_admin_token(controller.data_dir, create=True)
+    settings = controller.settings
+    admin_token = load_admin_token(controller.data_dir, settings.admin_token_value(), create=True)
     assert admin_token is not None
     logredact.install([controller.token, admin_token])
-    _STATE[controller] = _AdminState(token_digest(admin_token), admin_devices())
+    _STATE[controller] = _AdminState(token_digest(admin_token), settings.admin_device_ids)
     _CONTROLLERS.add(controller)
-    _metrics_server.start_if_configured()
+    _metrics_server.start_if_configured(settings.metrics_host, settings.metrics_port)
 
 
 def detach(controller: Controller) -> None:
@@ -237,7 +238,7 @@ async def _token_rotate(controller: Controller, command: Json, args: Json) -> No
     # From here the heartbeat re-registers the new token, never the old one.
     controller.token = new
     controller.settings.token = SecretStr(new)
-    os.environ["ANDROID_TOKEN"] = new  # a reconnect inside this process keeps the new token
+    await _save_token(controller, new)
     await _retire(controller, old)
     ROTATIONS.inc()
     log.warning("pairing token rotated; closing every device socket of this tenant")
@@ -251,6 +252,23 @@ async def _token_rotate(controller: Controller, command: Json, args: Json) -> No
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()
+
+
+async def _save_token(controller: Controller, new: str) -> None:
+    """Into the Hermes home's .env, where Hermes and a reconnecting adapter read it (it
+    wins over the shell's variable and a secret file): the rotation outlives a restart
+    whichever client asked for it. Off the event loop: it is file work."""
+    env_file = controller.env_file
+    if env_file is None:
+        return
+    try:
+        await asyncio.to_thread(update_env_file, env_file, {TOKEN_ENV: new})
+    except OSError as exc:
+        log.error(
+            "pairing token rotated but not saved to %s (%s): a restart goes back to the old one",
+            env_file,
+            exc.strerror or exc,
+        )
 
 
 async def _retire(controller: Controller, old: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -66,19 +65,17 @@ class _MetricsServer:
         self._server: Any = None
         self._thread: threading.Thread | None = None
 
-    def start_if_configured(self) -> None:
-        raw = os.environ.get("ANDROID_METRICS_PORT", "").strip()
-        if not raw or self._server is not None:
+    def start_if_configured(self, host: str, port: int | None) -> None:
+        if port is None or self._server is not None:
             return
         from prometheus_client import start_http_server
 
-        host = os.environ.get("ANDROID_METRICS_HOST", "127.0.0.1").strip() or "127.0.0.1"
         try:
-            self._server, self._thread = start_http_server(int(raw), addr=host)
+            self._server, self._thread = start_http_server(port, addr=host)
         except (OSError, ValueError) as exc:
-            log.error("plugin metrics not served on %s:%s: %s", host, raw, exc)
+            log.error("plugin metrics not served on %s:%s: %s", host, port, exc)
             return
-        log.info("plugin metrics on http://%s:%s/metrics", host, raw)
+        log.info("plugin metrics on http://%s:%s/metrics", host, port)
 
     def stop(self) -> None:
         if self._server is not None:

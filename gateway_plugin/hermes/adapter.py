@@ -97,6 +97,7 @@ class AndroidAdapter(
             data_dir=data_dir,
             state_db=home / "state.db",
             agent=self,
+            env_file=home / ".env",
         )
         try:
             await self.controller.start()

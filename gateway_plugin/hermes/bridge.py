@@ -30,7 +30,12 @@ from hermes_constants import VALID_REASONING_EFFORTS, get_hermes_home
 from pydantic import SecretStr
 
 from canonical.errors import SettingsError
-from canonical.settings import GatewaySettings, load_settings, require_token
+from canonical.settings import (
+    GatewaySettings,
+    environment_values,
+    load_settings,
+    require_token,
+)
 from gateway_plugin.hermes.setup_flow import interactive_setup
 
 log = logging.getLogger("hdg.plugin")
@@ -118,15 +123,16 @@ def validate_config(config: PlatformConfig) -> bool:
 
 def env_enablement() -> dict[str, Any]:
     """Seed `extra` and the home channel so status and cron work without the adapter."""
-    home = os.environ.get("ANDROID_HOME_CHANNEL") or "android:default"
+    environ = environment_values()
+    home = environ.get("ANDROID_HOME_CHANNEL") or "android:default"
     seed: dict[str, Any] = {"home_channel": {"chat_id": home, "name": "Default"}}
     for env, key in (
         ("ANDROID_WS_HOST", "host"),
         ("ANDROID_WS_PORT", "port"),
         ("ANDROID_BUS_URL", "bus_url"),
     ):
-        if os.environ.get(env):
-            seed[key] = os.environ[env]
+        if env in environ:
+            seed[key] = environ[env]
     return seed
 
 

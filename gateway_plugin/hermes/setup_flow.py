@@ -15,9 +15,7 @@ pass their own input, getpass and print functions.
 from __future__ import annotations
 
 import getpass
-import io
 import json
-import os
 import re
 import socket
 from collections.abc import Callable
@@ -25,8 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hdgctl import home as homes
-from hdgctl.pairing import Pairing
+from canonical import hermes_home as homes
+from canonical.pairing import Pairing
+from canonical.pairing import qr_text as pairing_qr_text
+from canonical.settings import environment_values, load_settings
 
 PUSH_BACKENDS = ("none", "fcm", "ntfy")
 DEFAULT_HOST = "127.0.0.1"
@@ -216,26 +216,26 @@ def _pairing(token: str, host: str, port: int, serves_tls: bool, choices: SetupC
 
 def home_pairing(home: Path, *, public_host: str | None = None, name: str | None = None) -> Pairing:
     """The pairing code for a home as it is set up (`hdgctl pair`): the same one setup
-    printed, with the environment's overrides (ANDROID_TOKEN, ANDROID_WS_HOST/PORT/CERT)."""
+    printed, with what the plugin reads besides (ANDROID_TOKEN, ANDROID_WS_HOST/PORT/CERT
+    from the environment or a secret file); the home's .env wins, as in Hermes."""
     choices, _ = current_choices(home)
-    with homes.hermes_environment(home) as environ:  # the home's .env wins, as in Hermes
-        token = environ.get("ANDROID_TOKEN")
-        host = environ.get("ANDROID_WS_HOST") or choices.host
-        port_value: str | int = environ.get("ANDROID_WS_PORT") or choices.port
-        serves_tls = bool(environ.get("ANDROID_WS_CERT"))
+    settings = load_settings(
+        android_extra(homes.read_config(home)), environ=homes.hermes_environ(home)
+    )
+    token = settings.token_value()
     if not token:
         raise SetupError(
             f"no ANDROID_TOKEN in {home / '.env'}; run `hdgctl setup --home {home}` first"
         )
     try:
-        port = check_port(port_value)
+        port = check_port(settings.ws_port)
     except SetupError as exc:
         raise SetupError(f"ANDROID_WS_PORT: {exc}") from None
     if public_host:
         choices.public_host = public_host
     if name:
         choices.name = name
-    return _pairing(token, host, port, serves_tls, choices)
+    return _pairing(token, settings.ws_host, port, settings.ws_cert is not None, choices)
 
 
 # -- writing
@@ -279,14 +279,6 @@ def apply_setup(home: Path, choices: SetupChoices) -> SetupOutcome:
     return SetupOutcome(home=home, pairing=pairing, token_source=source, env_keys=sorted(secrets))
 
 
-def pairing_qr_text(uri: str) -> str:
-    import segno
-
-    buffer = io.StringIO()
-    segno.make_qr(uri, error="m").terminal(out=buffer, compact=True)
-    return buffer.getvalue()
-
-
 def show_pairing(outcome: SetupOutcome, print_fn: PrintFn = print, *, qr: bool = True) -> None:
     uri = outcome.pairing.uri()
     if qr:
@@ -297,9 +289,10 @@ def show_pairing(outcome: SetupOutcome, print_fn: PrintFn = print, *, qr: bool =
     print_fn(f"Web client:  {outcome.pairing.web_url()}")
 
 
-def _overridden(home: Path) -> list[str]:
+def _overridden() -> list[str]:
     """Shell variables that will win over what setup wrote to config.yaml."""
-    return [k for k in ("ANDROID_WS_HOST", "ANDROID_WS_PORT") if os.environ.get(k)]
+    shell = environment_values()
+    return [name for name in ("ANDROID_WS_HOST", "ANDROID_WS_PORT") if name in shell]
 
 
 # -- prompting
@@ -419,7 +412,7 @@ def interactive_setup(
     if generated:
         outcome.token_source = "generated"
     print_fn(f"Wrote {home / '.env'} ({', '.join(outcome.env_keys)}) and {home / 'config.yaml'}.")
-    for name in _overridden(home):
+    for name in _overridden():
         print_fn(f"Note: {name} is set in your shell and overrides config.yaml.")
     show_pairing(outcome, print_fn)
     print_fn("Start (or restart) the gateway to apply: hermes gateway run")

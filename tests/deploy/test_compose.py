@@ -156,3 +156,71 @@ def test_the_runbook_names_the_files_to_back_up_and_the_metrics_to_watch() -> No
         "ANDROID_ADMIN_TOKEN",
     ):
         assert needed in text, needed
+
+
+# -- secrets ------------------------------------------------------------------------------
+SECRET_TARGETS = {
+    "gateway": {"ANDROID_TOKEN", "ANDROID_ADMIN_TOKEN", "ANDROID_FCM_SERVICE_ACCOUNT"},
+    "worker": {"ANDROID_FCM_SERVICE_ACCOUNT"},
+}
+
+
+def mounted_secrets(compose: dict[str, Any], name: str) -> dict[str, str]:
+    """target (the file's name under /run/secrets) → secret, for one service."""
+    return {s["target"]: s["source"] for s in service(compose, name).get("secrets", [])}
+
+
+def test_the_tokens_and_the_fcm_key_are_docker_secrets_under_their_variables_names(
+    compose: dict[str, Any],
+) -> None:
+    for name, targets in SECRET_TARGETS.items():
+        assert set(mounted_secrets(compose, name)) == targets, name
+    assert "secrets" not in service(compose, "edge"), "edges never see a token"
+    used = {source for name in SECRET_TARGETS for source in mounted_secrets(compose, name).values()}
+    assert used == set(compose["secrets"]), "every declared secret is used, and only those"
+
+
+def test_each_secret_target_is_a_setting_read_from_the_secrets_directory(
+    compose: dict[str, Any],
+) -> None:
+    from canonical.settings import GatewaySettings
+    from canonical.settings_base import DOCKER_SECRETS_DIR, documented_name
+    from workers.config import WorkerConfig
+
+    models = {"gateway": GatewaySettings, "worker": WorkerConfig}
+    for name, model in models.items():
+        names = {documented_name(field) for field in model.model_fields.values()}
+        assert set(mounted_secrets(compose, name)) <= names, name
+    # compose mounts a secret at /run/secrets/<target>: the settings' default directory
+    assert DOCKER_SECRETS_DIR == Path("/run/secrets")
+    for name in SECRET_TARGETS:
+        environment = service(compose, name).get("environment", {})
+        assert "ANDROID_SECRETS_DIR" not in environment
+        assert not set(environment) & set(mounted_secrets(compose, name)), (
+            "a variable in environment: would win over its secret file"
+        )
+
+
+def test_the_secret_files_live_where_the_docs_say_and_are_never_committed(
+    compose: dict[str, Any],
+) -> None:
+    secrets_dir = ROOT / "deploy" / "secrets"
+    readme = (secrets_dir / "README.md").read_text(encoding="utf-8")
+    operations = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    for secret in compose["secrets"].values():
+        path = (ROOT / secret["file"]).resolve()
+        assert path.parent == secrets_dir, secret
+        assert f"`{path.name}`" in readme
+        assert f"deploy/secrets/{path.name}" in operations
+        assert f"deploy/secrets/{path.name}" in str(service_comment(compose_text()))
+    ignored = (secrets_dir / ".gitignore").read_text(encoding="utf-8").split()
+    assert ignored[ignored.index("*") :] == ["*", "!.gitignore", "!README.md"]
+
+
+def compose_text() -> str:
+    return (ROOT / "compose.yaml").read_text(encoding="utf-8")
+
+
+def service_comment(text: str) -> str:
+    """The header comment of compose.yaml: the commands a user runs first."""
+    return "\n".join(line for line in text.splitlines() if line.startswith("#"))

@@ -26,7 +26,13 @@ class IdleAgent:
 
 def plugin_environment(monkeypatch: pytest.MonkeyPatch, token: str) -> None:
     """The pairing token set; no admin credential or metrics port from the outer shell."""
-    for name in ("ANDROID_ADMIN_TOKEN", "ANDROID_ADMIN_DEVICES", "ANDROID_METRICS_PORT"):
+    for name in (
+        "ANDROID_ADMIN_TOKEN",
+        "ANDROID_ADMIN_DEVICES",
+        "ANDROID_METRICS_PORT",
+        "ANDROID_SECRETS_DIR",
+        "CREDENTIALS_DIRECTORY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("ANDROID_TOKEN", token)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from canonical.pairing import Pairing, parse_pairing
 from hdgctl.__main__ import main
-from hdgctl.pairing import Pairing, parse_pairing
 from tests.hdgctl.qrdecode import decode_png, decode_terminal
 
 

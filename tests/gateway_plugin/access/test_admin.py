@@ -13,8 +13,10 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 
 from canonical.bus import token_digest
+from canonical.envfile import read_env_file
 from canonical.memory_bus import MemoryBus
 from canonical.model import Json
+from canonical.settings import load_settings
 from edge.dialects.iris import IrisDialect
 from edge.errors import FrameRejected
 from gateway_plugin.access import admin
@@ -153,7 +155,8 @@ async def test_the_admin_devices_list_narrows_who_may_use_the_admin_token(
     rig: _Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANDROID_ADMIN_DEVICES", "ops-laptop")
-    admin.attach(rig.controller)  # re-read the settings
+    rig.controller.settings = load_settings({"token": TOKEN})  # as a start reads them
+    admin.attach(rig.controller)
     listing = {"type": "admin.devices.list", "admin_token": rig.admin_token}
     assert _error(await rig.send(listing, device_id="laptop")) == "unauthorized"
     assert (await rig.send(listing, device_id="ops-laptop"))["type"] == "admin.devices"
@@ -215,8 +218,21 @@ async def test_rotating_the_token_switches_the_tenant_to_it_and_closes_every_soc
     assert await rig.bus.tenant_alive(TENANT)
     assert rig.controller.token == new
     assert rig.controller.settings.token_value() == new
-    assert os.environ["ANDROID_TOKEN"] == new
+    assert os.environ["ANDROID_TOKEN"] == TOKEN, "the process environment is never written"
     assert await rig.published() == [{"type": "_control", "action": "close_all", "code": 4401}]
+
+
+async def test_a_rotated_token_is_saved_in_the_homes_env_file_keeping_its_other_lines(
+    rig: _Rig, tmp_path: Path
+) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("# model keys\nexport OPENAI_API_KEY='sk-x'\nANDROID_TOKEN=old\n", "utf-8")
+    rig.controller.env_file = env_file
+    new = "rotated-token-" + "s" * 30
+    await rig.send({"type": "admin.token.rotate", "token": new, "admin_token": rig.admin_token})
+    assert read_env_file(env_file) == {"OPENAI_API_KEY": "sk-x", "ANDROID_TOKEN": new}
+    assert env_file.read_text("utf-8").startswith("# model keys\nexport OPENAI_API_KEY='sk-x'\n")
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
 
 
 @pytest.mark.parametrize("bad", ["short", "has spaces " + "x" * 30, TOKEN])
@@ -251,7 +267,24 @@ async def test_the_admin_token_file_is_created_private_and_the_environment_overr
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(rig.admin_token) >= 32
     monkeypatch.setenv("ANDROID_ADMIN_TOKEN", "from-the-environment-" + "e" * 20)
-    assert admin.load_admin_token(rig.controller.data_dir) == "from-the-environment-" + "e" * 20
+    configured = load_settings().admin_token_value()
+    assert admin.load_admin_token(rig.controller.data_dir, configured) == configured
+    assert configured == "from-the-environment-" + "e" * 20
+
+
+async def test_an_admin_token_from_a_secret_file_overrides_the_token_file(
+    rig: _Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "ANDROID_ADMIN_TOKEN").write_text("from-a-secret-file-" + "f" * 20 + "\n", "utf-8")
+    monkeypatch.setenv("ANDROID_SECRETS_DIR", str(secrets))
+    rig.controller.settings = load_settings({"token": TOKEN})
+    admin.attach(rig.controller)
+    listing = {"type": "admin.devices.list", "admin_token": "from-a-secret-file-" + "f" * 20}
+    assert (await rig.send(listing))["type"] == "admin.devices"
+    old = {"type": "admin.devices.list", "admin_token": rig.admin_token}
+    assert _error(await rig.send(old)) == "unauthorized"
 
 
 async def test_plugin_metrics_count_devices_commands_and_admin_actions(rig: _Rig) -> None:

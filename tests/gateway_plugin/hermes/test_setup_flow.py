@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
+from canonical.pairing import parse_pairing
 from gateway_plugin.hermes.setup_flow import MIN_TOKEN_CHARS, interactive_setup
-from hdgctl.pairing import parse_pairing
 from tests.hdgctl.qrdecode import decode_terminal
 
 

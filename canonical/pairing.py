@@ -1,7 +1,9 @@
-"""The pairing URI: everything an app needs to connect, in one QR code."""
+"""The pairing URI: everything an app needs to connect, in one QR code (shared by the
+plugin's setup and `hdgctl pair`)."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlencode, urlparse
 
@@ -60,3 +62,12 @@ def parse_pairing(uri: str) -> Pairing:
         name=query.get("name", "Hermes"),
         path=query.get("path", "/ws"),
     )
+
+
+def qr_text(uri: str) -> str:
+    """The QR code of ``uri`` drawn with characters, for a terminal."""
+    import segno
+
+    buffer = io.StringIO()
+    segno.make_qr(uri, error="m").terminal(out=buffer, compact=True)
+    return buffer.getvalue()

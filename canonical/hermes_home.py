@@ -1,15 +1,19 @@
-"""Editing a Hermes home (config.yaml and .env) the way Hermes reads them."""
+"""Editing a Hermes home (config.yaml and .env) the way Hermes reads them.
+
+Shared by the plugin's setup (`hermes gateway setup`) and `hdgctl`.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .envfile import read_env_file, update_env_file
 
 PLUGIN_NAME = "android-platform"
 MODEL_KEY_ENVS = (
@@ -50,66 +54,20 @@ def write_config(home: Path, config: dict[str, Any]) -> None:
 
 
 def read_env(home: Path) -> dict[str, str]:
-    path = home / ".env"
-    values: dict[str, str] = {}
-    if not path.exists():
-        return values
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        values[key.strip()] = value
-    return values
+    """The variables the home's ``.env`` sets, parsed as Hermes parses it."""
+    return read_env_file(home / ".env")
 
 
-@contextlib.contextmanager
-def hermes_environment(home: Path) -> Iterator[dict[str, str]]:
-    """``os.environ`` as Hermes has it for this home: the home's ``.env`` loaded over the
-    shell's variables (Hermes loads it with override), restored afterwards."""
-    dotenv = read_env(home)
-    saved = {key: os.environ.get(key) for key in dotenv}
-    os.environ.update(dotenv)
-    try:
-        yield dict(os.environ)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+def hermes_environ(home: Path) -> dict[str, str]:
+    """The environment as Hermes has it for this home: the home's ``.env`` over the shell's
+    variables (Hermes loads it with override). The process's own environment is untouched."""
+    return {**os.environ, **read_env(home)}
 
 
 def set_env(home: Path, updates: dict[str, str], remove: Iterable[str] = ()) -> None:
     """Set keys in .env (secrets only, Hermes' policy), drop the `remove` keys, keep other
     lines; mode 0600."""
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / ".env"
-    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-    pending = dict(updates)
-    dropped = set(remove) - set(updates)
-    out: list[str] = []
-    for line in lines:
-        key = line.split("=", 1)[0].strip()
-        if key in pending:
-            out.append(f"{key}={pending.pop(key)}")
-        elif key in dropped:
-            continue
-        else:
-            out.append(line)
-    out.extend(f"{key}={value}" for key, value in pending.items())
-    tmp = path.with_suffix(".tmp")
-    # A new file, private from its creation: never a moment readable by others (nor a
-    # leftover file someone else may already hold open).
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write("\n".join(out) + "\n")
-    os.replace(tmp, path)
+    update_env_file(home / ".env", updates, remove)
 
 
 def new_token() -> str:
