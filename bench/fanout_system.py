@@ -11,10 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.host import LOOPBACK, CpuMeter, Json, uses_uvloop
+from bench.host import CODE, LOOPBACK, CpuMeter, Json, uses_uvloop
 from bench.procs import Child, Redis, start_edges, start_peer, start_role
 
 P99_LIMIT_MS = 50.0
+# "ours-stock": our gateway again, its edges told to leave the fast path and run the stock
+# uvicorn/websockets stack, so the gain of the fast path is measured in the same run.
+STOCK_ENV = {"ANDROID_FASTPATH": "off"}
+OURS = ("ours", "ours-stock")
 # The script whose roles (client, producer-ours, producer-sio) the children run.
 SCRIPT = str(Path(__file__).resolve().with_name("fanout.py"))
 
@@ -53,12 +57,12 @@ class System:
 
     async def start(self) -> System:
         run_id = f"{int(time.time()) % 100000}"
-        if self.name in ("ours", "sio"):
+        if self.name in (*OURS, "sio"):
             self.redis = Redis()
             self.redis.start()
-        if self.name == "ours":
+        if self.name in OURS:
             assert self.redis is not None
-            edges = start_edges(self.redis.url, 2)
+            edges = start_edges(self.redis.url, 2, STOCK_ENV if self.name == "ours-stock" else None)
             self.servers = edges
             self.urls = [e.ws_url for e in edges]
             self.producer = await start_role(
@@ -267,7 +271,7 @@ async def run_system(
                     out.append(result)
             finally:
                 await client.stop()
-        if name == "ours":
+        if name in OURS:
             out.append(
                 {
                     "system": name,
@@ -277,3 +281,14 @@ async def run_system(
     finally:
         await system.stop()
     return out
+
+
+def stock_switch_present() -> bool:
+    """Whether the code measured reads ``ANDROID_FASTPATH`` at all: without it, "ours-stock"
+    measures the same path as "ours" and says so in its result."""
+    name = next(iter(STOCK_ENV))
+    return any(
+        name in path.read_text(encoding="utf-8", errors="replace")
+        for package in ("edge", "canonical")
+        for path in (CODE / package).rglob("*.py")
+    )

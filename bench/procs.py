@@ -137,10 +137,10 @@ class Edge:
         self.proc.stop(timeout=10)
 
 
-def start_edges(bus_url: str, count: int) -> list[Edge]:
-    """``count`` edges on the bus, all launched before any is waited for; none is left
-    running if one does not come up."""
-    edges = [Edge(bus_url) for _ in range(count)]
+def start_edges(bus_url: str, count: int, extra_env: dict[str, str] | None = None) -> list[Edge]:
+    """``count`` edges on the bus (``extra_env`` added to their environment), all launched
+    before any is waited for; none is left running if one does not come up."""
+    edges = [Edge(bus_url, extra_env=extra_env) for _ in range(count)]
     try:
         for edge in edges:
             edge.wait()
