@@ -117,6 +117,18 @@ async def profile(options: argparse.Namespace) -> None:
         await system.stop()
 
 
+def paired(systems: list[str]) -> list[list[str]]:
+    """The systems in run order; ours and ours-stock together, sharing one producer."""
+    groups: list[list[str]] = []
+    for name in systems:
+        if name == "ours-stock" and "ours" in systems:
+            continue
+        groups.append(
+            ["ours", "ours-stock"] if name == "ours" and "ours-stock" in systems else [name]
+        )
+    return groups
+
+
 async def orchestrate(options: argparse.Namespace) -> None:
     raise_nofile()
     systems = options.systems.split(",")
@@ -129,13 +141,13 @@ async def orchestrate(options: argparse.Namespace) -> None:
     tenant_systems = [s for s in options.tenant_systems.split(",") if s in systems]
     run = begin()
     results: list[Json] = []
-    for name in systems if not options.only_tenants else []:
-        results += await run_system(name, ns, sizes, options.step_s, ladder)
+    for names in paired(systems) if not options.only_tenants else []:
+        results += await run_system(names, ns, sizes, options.step_s, ladder)
     if options.tenants:
-        for name in tenant_systems:
-            print(f"{name}: 500 tenants x 2 devices", flush=True)
+        for names in paired(tenant_systems):
+            print(f"{'+'.join(names)}: 500 tenants x 2 devices", flush=True)
             results += await run_system(
-                name,
+                names,
                 [1000],
                 [200],
                 options.step_s,

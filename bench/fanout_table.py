@@ -86,17 +86,25 @@ def fanout_figures(
     latency_load: int,
 ) -> list[Json]:
     """The quotable figures: each case's highest sustained rate (``at_ladder_top``: the
-    ladder ended first, so it is a lower bound), ours over each peer, and the latency
-    percentiles of each case's step at ``latency_load`` deliveries/s, pass or not."""
+    ladder ended first, so it is a lower bound; 0: not even ``ladder_bottom`` passed), ours
+    over each peer, and the latency percentiles of each case's step at ``latency_load``
+    deliveries/s, pass or not."""
     out: list[Json] = []
     for r in results:
         if "n" not in r:
             continue
         case = {"system": r["system"], "n": r["n"], "tenants": r["tenants"], "size": r["size"]}
-        top = (tenants_ladder if r["tenants"] > 1 else ladder)[-1]
+        steps = tenants_ladder if r["tenants"] > 1 else ladder
         best = r["max_sustained_deliveries_per_s"]
         out.append(
-            figure("max_sustained_rate", best, "deliveries/s", **case, at_ladder_top=best == top)
+            figure(
+                "max_sustained_rate",
+                best,
+                "deliveries/s",
+                **case,
+                at_ladder_top=best == steps[-1],
+                ladder_bottom=steps[0],
+            )
         )
         step = next((s for s in r["steps"] if s["target_deliveries_per_s"] == latency_load), None)
         if step is not None and step["client"]["latency"].get("n"):

@@ -24,6 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 PAGE = REPO / "docs" / "performance.md"
 IMAGES = REPO / "docs" / "images" / "perf"
+COMMANDS_BEGIN = "<!-- commands:begin -->"
+COMMANDS_END = "<!-- commands:end -->"
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,24 @@ def run_set(only: list[str]) -> int:
     return failed
 
 
+def commands() -> str:
+    """The set as shell commands, for the page (generated, so it cannot drift from SET)."""
+    lines = []
+    for bench in SET:
+        args = [*bench.argv, f"--out=bench/results/{bench.result}.json"]
+        lines.append(".venv/bin/python " + " \\\n    ".join(args))
+    return "```\n" + "\n".join(lines) + "\n```\n"
+
+
+def _between(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}{end}{tail}"
+
+
 def regenerate(results: Path, page: Path, images: Path) -> list[Path]:
-    """Charts and the page's table from ``results``; returns the files that changed."""
+    """Charts, the page's table and its list of commands from ``results``; returns the
+    files that changed."""
     # Here, not at the top: --run needs neither matplotlib nor the committed results.
     from bench.report_charts import render_charts
     from bench.report_table import BEGIN, END, Sources, render_table
@@ -102,9 +120,8 @@ def regenerate(results: Path, page: Path, images: Path) -> list[Path]:
     sources = Sources.load(results)
     changed = render_charts(sources, images)
     text = page.read_text(encoding="utf-8")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{render_table(sources)}{END}{tail}"
+    new = _between(text, BEGIN, END, render_table(sources))
+    new = _between(new, COMMANDS_BEGIN, COMMANDS_END, commands())
     if new != text:
         page.write_text(new, encoding="utf-8")
         changed.append(page)
