@@ -72,7 +72,7 @@ def quote(fig: Json | None) -> str:
         text = f"{round(value):,}"
         return f"≥ {text}" if fig["labels"].get("at_ladder_top") else text
     if unit == "x":
-        return f"{value:.2f}×"
+        return f"{'> ' if fig['labels'].get('lower_bound') else ''}{value:.2f}×"
     if unit == "KiB":
         return f"{value:.1f}"
     return f"{value:.2f}"

@@ -57,7 +57,7 @@ def test_every_number_in_the_table_is_a_figure_of_a_result_file() -> None:
                 if value != "—":
                     assert value in quoted, (row[0], value)
                     seen += 1
-        for ratio in re.findall(r"\(([0-9.]+×)", row[-1]):  # "yes (0.83× raw websockets)"
+        for ratio in re.findall(r"\(((?:> )?[0-9.]+×)", row[-1]):  # "yes (0.83× raw websockets)"
             assert ratio in quoted, (row[0], ratio)
             seen += 1
     assert seen >= 10
@@ -112,6 +112,7 @@ def test_a_rate_at_either_end_of_the_ladder_is_quoted_as_a_bound() -> None:
     none = results.figure("max_sustained_rate", 0, "deliveries/s", ladder_bottom=10_000)
     assert quote(none) == "< 10,000"
     assert quote(results.figure("rate_ratio", 0.834, "x")) == "0.83×"
+    assert quote(results.figure("rate_ratio", 6, "x", lower_bound=True)) == "> 6.00×"
     assert quote(results.figure("latency", None, "ms")) == "—"
 
 
