@@ -26,6 +26,7 @@ RC = {
     "axes.spines.right": False,
     "axes.grid": True,
     "grid.alpha": 0.3,
+    "axes.axisbelow": True,
 }
 METADATA = {"Date": None, "Creator": None, "Format": None, "Type": None}
 COLOURS = {"ours": "#1b6ac9", "ours-stock": "#7fb0ea", "raw": "#555555", "sio": "#d1772b"}
@@ -81,11 +82,12 @@ def _fanout(src: Sources) -> Callable[[Any], None]:
             src.value(FANOUT, "max_sustained_rate", system=s, n=1000, tenants=500) or 0
             for s in systems
         ]
-        right.bar(
+        bars = right.bar(
             [SYSTEMS[s] for s in systems],
             [r / 1000 for r in rates],
             color=[COLOURS[s] for s in systems],
         )
+        right.bar_label(bars, fmt="{:,.0f}")
         right.set_title("500 users × 2 devices")
         right.set_ylabel("deliveries/s sustained (thousands)")
         right.tick_params(axis="x", labelrotation=20)
@@ -143,7 +145,8 @@ def _per_server(
                 labels.append(f"{label}\n({level:,} devices)")
                 values.append(value)
         colours = ["#1b6ac9" if "ours" in lab else "#888888" for lab in labels]
-        ax.barh(labels[::-1], values[::-1], color=colours[::-1])
+        bars = ax.barh(labels[::-1], values[::-1], color=colours[::-1])
+        ax.bar_label(bars, fmt="{:,.1f}" if unit == "KiB" else "{:,.0f}", padding=2)
         ax.axvline(target, **TARGET, label=f"target {target:,g} {unit}")
         ax.set_xlabel(unit)
         ax.set_title(title)

@@ -52,6 +52,8 @@ VERSIONED = {
     "hermes": "hermes-agent",
     "python-socketio": "python-socketio",
 }
+MEASURED = ("bench/", "canonical/", "edge/", "gateway_plugin/", "workers/", "pyproject.toml")
+NOT_MEASURED = ("bench/results/", "bench/report", "bench/README.md")
 TOP_KEYS = ("schema", "bench", "parameters", "machine", "git", "timestamp", "wall_s", "figures")
 
 
@@ -139,9 +141,9 @@ def git_state() -> Json:
 
     return {
         "commit": git("rev-parse", "HEAD") or None,
-        # Changes to tracked files other than results: the code measured is not the commit.
+        # Uncommitted changes to code that runs when measuring: the code is not the commit.
         "dirty": any(
-            not line[3:].startswith("bench/results/")
+            line[3:].startswith(MEASURED) and not line[3:].startswith(NOT_MEASURED)
             for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
         ),
     }
