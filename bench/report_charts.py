@@ -88,6 +88,7 @@ def _fanout(src: Sources) -> Callable[[Any], None]:
             color=[COLOURS[s] for s in systems],
         )
         right.bar_label(bars, fmt="{:,.0f}")
+        right.set_ylim(top=max([r / 1000 for r in rates] + [1]) * 1.15)  # room for labels
         right.set_title("500 users × 2 devices")
         right.set_ylabel("deliveries/s sustained (thousands)")
         right.tick_params(axis="x", labelrotation=20)
@@ -147,10 +148,10 @@ def _per_server(
         colours = ["#1b6ac9" if "ours" in lab else "#888888" for lab in labels]
         bars = ax.barh(labels[::-1], values[::-1], color=colours[::-1])
         ax.bar_label(bars, fmt="{:,.1f}" if unit == "KiB" else "{:,.0f}", padding=2)
-        ax.axvline(target, **TARGET, label=f"target {target:,g} {unit}")
+        ax.axvline(target, **TARGET)
+        ax.set_xlim(right=max([*values, target]) * 1.18)  # room for the bars' labels
         ax.set_xlabel(unit)
-        ax.set_title(title)
-        ax.legend(frameon=False, loc="lower right")
+        ax.set_title(f"{title} (target {target:,g}, dashed)")
 
     return draw
 
@@ -169,7 +170,7 @@ def charts(src: Sources) -> dict[str, bytes]:
                 "idle_memory_per_connection",
                 "KiB",
                 20,
-                "idle memory per connection (one process)",
+                "idle memory per connection",
             ),
             (6.5, 2.8),
         )
@@ -181,7 +182,7 @@ def charts(src: Sources) -> dict[str, bytes]:
                 "setup_rate",
                 "set-ups/s",
                 3000,
-                "connection set-up incl. hello, two processes",
+                "set-up incl. hello, two processes",
             ),
             (6.5, 2.6),
         )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import results
-from bench.report import IMAGES, PAGE, RESULTS, regenerate
+from bench.report import COMMANDS_BEGIN, COMMANDS_END, IMAGES, PAGE, RESULTS, regenerate
 from bench.report_table import BEGIN, END, Sources, quote
 
 COMMITTED = sorted(RESULTS.glob("*.json"))
@@ -39,7 +39,7 @@ def test_regenerating_from_the_committed_results_changes_no_byte(tmp_path: Path)
 
 def test_charts_drawn_from_nothing_are_the_committed_ones(tmp_path: Path) -> None:
     page = tmp_path / "performance.md"
-    page.write_text(f"# Performance\n\n{BEGIN}\n{END}\n", encoding="utf-8")
+    page.write_text(f"{BEGIN}\n{END}\n{COMMANDS_BEGIN}\n{COMMANDS_END}\n", encoding="utf-8")
     images = tmp_path / "perf"
     regenerate(RESULTS, page, images)
     for chart in IMAGES.iterdir():
