@@ -159,7 +159,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
-    run = result_files.begin()
+    begun = result_files.begin()
 
     with tempfile.TemporaryDirectory(prefix="search-bench-") as tmp:
         db_path = Path(tmp) / "state.db"
@@ -179,7 +179,7 @@ def main() -> None:
     out = result_files.out_path(args.out, "search")
     result_files.write(
         out,
-        run,
+        begun,
         bench="search",
         parameters={"messages": args.messages, "sessions": args.sessions, "limit": 50},
         figures=[

@@ -256,7 +256,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
-    run = result_files.begin()
+    begun = result_files.begin()
     with tempfile.TemporaryDirectory(prefix="hdg-upload-bench-") as tmp:
         try:
             results = asyncio.run(bench(args.mib, args.runs, Path(tmp)))
@@ -264,7 +264,7 @@ def main() -> None:
             stop_all()
     result_files.write(
         result_files.out_path(args.out, "upload"),
-        run,
+        begun,
         bench="upload",
         parameters={"file_mib": args.mib, "runs": args.runs},
         figures=[
