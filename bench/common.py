@@ -6,7 +6,7 @@ below define, re-exported for ``from bench.common import X``.
 - ``bench.procs``: pinned servers (``Redis``, ``Edge``, peers), roles in child processes
   driven by JSON lines (``Child``, ``serve_stdio``), py-spy;
 - ``bench.lean_ws``: the lean WebSocket client (``LeanWs``, ``lean_connect``);
-- ``bench.stats``: percentiles and ``bench/results/<name>.json``;
+- ``bench.stats``: percentiles; ``bench.results``: the result files (``begin``, ``figure``);
 - ``bench.plugin_side``: real Controllers with the stand-in AgentPort (``BenchAgent``).
 
 Nothing here is a test. Every benchmark starts what it measures on 127.0.0.1, bounds each
@@ -27,7 +27,6 @@ from bench.host import (
     CpuMeter,
     Json,
     cpu_seconds,
-    machine,
     machine_busy_seconds,
     raise_nofile,
     rss_bytes,
@@ -56,14 +55,8 @@ from bench.procs import (
     start_role,
     wait_port,
 )
-from bench.stats import (
-    now_stamp,
-    percentile,
-    result_name,
-    summary_ms,
-    write_result,
-    write_timed_result,
-)
+from bench.results import Run, begin, figure
+from bench.stats import percentile, result_name, summary_ms, write_timed_result
 from tests.harness.proc import PYTHON, free_port
 
 __all__ = [
@@ -83,16 +76,17 @@ __all__ = [
     "Json",
     "LeanWs",
     "Redis",
+    "Run",
+    "begin",
     "bounded_gather",
     "client_frame",
     "cpu_seconds",
     "delta_event",
+    "figure",
     "free_port",
     "iris_hello",
     "lean_connect",
-    "machine",
     "machine_busy_seconds",
-    "now_stamp",
     "percentile",
     "pinned",
     "raise_nofile",
@@ -112,6 +106,5 @@ __all__ = [
     "tenant_token",
     "uses_uvloop",
     "wait_port",
-    "write_result",
     "write_timed_result",
 ]

@@ -16,7 +16,8 @@ ASGI app that answers any first frame: what the required server stack costs befo
 code of ours) are measured the same way, so what our code adds per set-up and per idle
 connection is the difference.
 
-Writes bench/results/connections.json.
+Writes ``--out`` (else bench/results/local/connections[-quick].json), a result file of
+``bench.results``: set-ups/s and idle KiB per connection, per server and level.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ from bench.host import (
     REPO,
     CpuMeter,
     Json,
-    machine,
     process_tree,
     raise_nofile,
     rss_bytes,
@@ -61,7 +61,8 @@ from bench.procs import (
     start_py_spy,
     start_role,
 )
-from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
+from bench.results import begin, figure
+from bench.stats import result_name, summary_ms, write_timed_result
 
 PROFILE = False
 # The devices: "c" (bench/lean_client.c, the default: they leave the cores they share to
@@ -295,7 +296,7 @@ async def measure_levels(
 async def orchestrate(options: argparse.Namespace) -> None:
     raise_nofile()
     levels = [int(x) for x in options.levels.split(",")]
-    started = time.monotonic()
+    run = begin()
     runs: list[Json] = []
     redis = Redis(CPU_CLIENT if options.redis_with_clients else CPU_SERVER).start()
     try:
@@ -369,8 +370,6 @@ async def orchestrate(options: argparse.Namespace) -> None:
             proc.stop()
     data = {
         "benchmark": "connections",
-        "when": now_stamp(),
-        "machine": machine(),
         "method": {
             "levels": levels,
             "edge_workers": options.edge_workers,
@@ -389,7 +388,23 @@ async def orchestrate(options: argparse.Namespace) -> None:
         },
         "runs": runs,
     }
-    write_timed_result(options.name, data, started)
+    write_timed_result(
+        options.out, options.name, data, run, connection_figures(runs, options.edge_workers)
+    )
+
+
+def connection_figures(runs: list[Json], edge_workers: int) -> list[Json]:
+    """Per server and level: set-ups/s of that batch and idle memory per connection."""
+    out: list[Json] = []
+    for r in runs:
+        for row in r["levels"]:
+            processes = 1 if r["label"] == "raw" else edge_workers  # raw: one process always
+            labels = {"server": r["label"], "devices": row["devices"], "processes": processes}
+            out.append(figure("setup_rate", row["setup_per_s"], "set-ups/s", **labels))
+            out.append(
+                figure("idle_memory_per_connection", row["kib_per_connection"], "KiB", **labels)
+            )
+    return out
 
 
 def main() -> None:
@@ -414,6 +429,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     parser.add_argument("--redis")
     parser.add_argument("--profile", action="store_true", help="py-spy the edge at each level")
     parser.add_argument(

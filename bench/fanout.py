@@ -12,6 +12,8 @@ Systems, same workload, same machine, same client:
   tenant via ``bus.register_tenant``) and get their ``hello.ack`` from the plugin.
 - ``raw``: one ``websockets`` 15.0.1 server process calling ``websockets.broadcast``
   (``bench/peers/raw_ws.py``); it produces the events itself.
+- ``ours-stock``: ``ours`` with ``ANDROID_FASTPATH=off`` in the edges' environment (the
+  stock uvicorn/websockets path), so the fast path's gain is measured in the same run.
 - ``sio``: 2 python-socketio processes with ``AsyncRedisManager`` on the same redis-server
   kind, one room per user; the producer is an ``AsyncRedisManager(write_only=True)``.
 
@@ -21,7 +23,9 @@ event is a ``message.update`` of its own message (distinct ids: nothing may coal
 Latency is CLOCK_MONOTONIC at the producer (before the outbox append, for ``ours``) to
 the client's read of the socket.
 
-Writes bench/results/fanout.json (or fanout-quick.json with --quick).
+Writes ``--out`` (else bench/results/local/fanout[-quick].json), a result file of
+``bench.results``: the highest sustained rate per system and case, ours against each peer,
+and latency percentiles at ``--latency-load`` deliveries/s.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ import argparse
 import asyncio
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,16 +42,19 @@ from bench.fanout_roles import client_main, producer_ours_main, producer_sio_mai
 from bench.fanout_system import (
     P99_LIMIT_MS,
     SCRIPT,
+    STOCK_ENV,
     System,
     connect_devices,
     run_step,
     run_system,
+    stock_switch_present,
     us_per_delivery,
 )
-from bench.fanout_table import ratios, top_frames
-from bench.host import CPU_CLIENT, CPU_SERVER, REPO, Json, machine, raise_nofile
+from bench.fanout_table import compact, fanout_figures, ratios, top_frames
+from bench.host import CPU_CLIENT, CPU_SERVER, REPO, Json, raise_nofile
 from bench.procs import role_parser, run_loop, start_py_spy, start_role
-from bench.stats import now_stamp, result_name, write_timed_result
+from bench.results import begin
+from bench.stats import result_name, write_timed_result
 
 LADDER = [
     5_000,
@@ -111,30 +117,60 @@ async def profile(options: argparse.Namespace) -> None:
         await system.stop()
 
 
+def paired(systems: list[str]) -> list[list[str]]:
+    """The systems in run order; ours and ours-stock together, sharing one producer."""
+    groups: list[list[str]] = []
+    for name in systems:
+        if name == "ours-stock" and "ours" in systems:
+            continue
+        groups.append(
+            ["ours", "ours-stock"] if name == "ours" and "ours-stock" in systems else [name]
+        )
+    return groups
+
+
 async def orchestrate(options: argparse.Namespace) -> None:
     raise_nofile()
     systems = options.systems.split(",")
     ns = [int(x) for x in options.ns.split(",")]
     sizes = [int(x) for x in options.sizes.split(",")]
     ladder = [int(x) for x in options.ladder.split(",")] if options.ladder else LADDER
-    started = time.monotonic()
+    tenants_ladder = (
+        [int(x) for x in options.tenants_ladder.split(",")] if options.tenants_ladder else ladder
+    )
+    tenant_systems = [s for s in options.tenant_systems.split(",") if s in systems]
+    run = begin()
     results: list[Json] = []
-    for name in systems if not options.only_tenants else []:
-        results += await run_system(name, ns, sizes, options.step_s, ladder)
+    for names in paired(systems) if not options.only_tenants else []:
+        results += await run_system(names, ns, sizes, options.step_s, ladder)
     if options.tenants:
-        for name in [s for s in systems if s in ("ours", "sio")]:
-            print(f"{name}: 500 tenants x 2 devices", flush=True)
+        for names in paired(tenant_systems):
+            print(f"{'+'.join(names)}: 500 tenants x 2 devices", flush=True)
             results += await run_system(
-                name, [1000], [200], options.step_s, ladder, tenants=500, devices_per_tenant=2
+                names,
+                [1000],
+                [200],
+                options.step_s,
+                tenants_ladder,
+                tenants=500,
+                devices_per_tenant=2,
             )
+    table = ratios(results)
     data = {
         "benchmark": "fanout",
-        "when": now_stamp(),
-        "machine": machine(),
         "method": {
+            "systems": systems,
+            "ns": ns,
+            "sizes": sizes,
             "p99_limit_ms": P99_LIMIT_MS,
             "step_s": options.step_s,
             "ladder_deliveries_per_s": ladder,
+            "tenants_ladder_deliveries_per_s": tenants_ladder if options.tenants else [],
+            "tenant_systems": tenant_systems if options.tenants else [],
+            "latency_load_deliveries_per_s": options.latency_load,
+            "stock_env": STOCK_ENV,
+            # False: the code measured has no such switch, so ours-stock ran the fast path.
+            "stock_switch_present": stock_switch_present(),
             "split": "device i -> server process i % 2 (ours: 2 edges; sio: 2 servers; raw: 1)",
             "event": "message.update frames, one message id per event (nothing coalesces)",
             "latency": "producer CLOCK_MONOTONIC (before outbox append) -> client socket read",
@@ -142,17 +178,18 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "producer_ours": "real Controller.emit with a stand-in AgentPort (bench.common.BenchAgent)",
             "placement": f"servers + redis on CPU {CPU_SERVER}; clients + producers on CPU {CPU_CLIENT}",
         },
-        "results": results,
-        "table": ratios(results),
+        "results": compact(results),
+        "table": table,
     }
-    print(json.dumps(data["table"], indent=1))
-    write_timed_result(options.name, data, started)
+    print(json.dumps(table, indent=1))
+    figures = fanout_figures(results, table, ladder, tenants_ladder, options.latency_load)
+    write_timed_result(options.out, options.name, data, run, figures)
 
 
 def main() -> None:
     parser = role_parser(__doc__, "client", "producer-ours", "producer-sio")
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--systems", default="ours,raw,sio")
+    parser.add_argument("--systems", default="ours,raw,sio", help="of ours,ours-stock,raw,sio")
     parser.add_argument("--ns", default=None)
     parser.add_argument("--sizes", default=None)
     parser.add_argument("--step-s", type=float, default=None)
@@ -161,7 +198,22 @@ def main() -> None:
         "--only-tenants", action="store_true", help="just the 500 tenants x 2 devices sweep"
     )
     parser.add_argument("--name", default=None)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     parser.add_argument("--ladder", default=None, help="deliveries/s steps (comma list)")
+    parser.add_argument(
+        "--tenants-ladder", default=None, help="deliveries/s steps of the 500 x 2 sweep"
+    )
+    parser.add_argument(
+        "--tenant-systems",
+        default="ours,ours-stock,raw,sio",
+        help="the systems of the 500 x 2 sweep (those of --systems)",
+    )
+    parser.add_argument(
+        "--latency-load",
+        type=int,
+        default=20_000,
+        help="deliveries/s (a ladder step) at which latency percentiles are quoted",
+    )
     parser.add_argument("--redis")
     parser.add_argument("--tenants", dest="tenant_count", type=int, default=1)
     parser.add_argument("--rooms", type=int, default=1)

@@ -90,7 +90,7 @@ class Devices:
             url = urls[d % len(urls)]
             proto = await lean_connect(url, self.on_text, tag=d)
             self.protos[d] = proto
-            if system == "ours":
+            if system.startswith("ours"):
                 proto.send_text(json.dumps(iris_hello(tokens[tenant], f"dev{d:05d}")))
             elif system == "raw":
                 proto.send_text(json.dumps({"room": f"t{tenant}"}))

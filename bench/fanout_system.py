@@ -11,10 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.host import LOOPBACK, CpuMeter, Json, uses_uvloop
+from bench.host import CODE, LOOPBACK, CpuMeter, Json, uses_uvloop
 from bench.procs import Child, Redis, start_edges, start_peer, start_role
 
 P99_LIMIT_MS = 50.0
+# "ours-stock": our gateway again, its edges told to leave the fast path and run the stock
+# uvicorn/websockets stack, so the gain of the fast path is measured in the same run.
+STOCK_ENV = {"ANDROID_FASTPATH": "off"}
+OURS = ("ours", "ours-stock")
 # The script whose roles (client, producer-ours, producer-sio) the children run.
 SCRIPT = str(Path(__file__).resolve().with_name("fanout.py"))
 
@@ -53,12 +57,12 @@ class System:
 
     async def start(self) -> System:
         run_id = f"{int(time.time()) % 100000}"
-        if self.name in ("ours", "sio"):
+        if self.name in (*OURS, "sio"):
             self.redis = Redis()
             self.redis.start()
-        if self.name == "ours":
+        if self.name in OURS:
             assert self.redis is not None
-            edges = start_edges(self.redis.url, 2)
+            edges = start_edges(self.redis.url, 2, STOCK_ENV if self.name == "ours-stock" else None)
             self.servers = edges
             self.urls = [e.ws_url for e in edges]
             self.producer = await start_role(
@@ -91,6 +95,17 @@ class System:
             self.tokens = [""] * self.tenants
         self.server_pids = [s.pid for s in self.servers]
         return self
+
+    def switch_to_stock(self) -> None:
+        """``ours`` becomes ``ours-stock``: its edges restarted with ``STOCK_ENV``, on the same
+        Redis and producer (starting 500 tenants' Controllers again would take minutes)."""
+        assert self.name == "ours" and self.redis is not None
+        for server in self.servers:
+            server.stop()
+        self.servers = start_edges(self.redis.url, 2, STOCK_ENV)
+        self.urls = [e.ws_url for e in self.servers]
+        self.server_pids = [s.pid for s in self.servers]
+        self.name = "ours-stock"
 
     def meter(self, client_pid: int) -> CpuMeter:
         groups: dict[str, list[int]] = {"server": self.server_pids, "client": [client_pid]}
@@ -237,7 +252,7 @@ async def connect_devices(system: System, client: Child, n: int, devices_per_ten
 
 
 async def run_system(
-    name: str,
+    names: list[str],
     ns: list[int],
     sizes: list[int],
     step_s: float,
@@ -245,35 +260,62 @@ async def run_system(
     tenants: int = 1,
     devices_per_tenant: int | None = None,
 ) -> list[Json]:
-    system = await System(name, tenants).start()
+    """Every case of one system; ``["ours", "ours-stock"]``: both, one after the other on
+    one Redis and producer (``System.switch_to_stock``)."""
+    system = await System(names[0], tenants).start()
     out: list[Json] = []
     try:
-        for n in ns:
-            client = await start_role(SCRIPT, "client")
-            try:
-                conn = await connect_devices(system, client, n, devices_per_tenant or n)
-                print(
-                    f"{name}: {conn['connected']}/{n} devices connected in "
-                    f"{conn['elapsed_s']} s {conn['errors'][:1]}",
-                    flush=True,
-                )
-                if conn["connected"] < n:
-                    raise RuntimeError(f"{name}: only {conn['connected']} of {n} connected")
-                await asyncio.sleep(0.5)
-                for size in sizes:
-                    result = await sweep(system, client, n, size, step_s, ladder, drain_s=3.0)
-                    result["system"] = name
-                    result["tenants"] = tenants
-                    out.append(result)
-            finally:
-                await client.stop()
-        if name == "ours":
-            out.append(
-                {
-                    "system": name,
-                    "uvloop_in_edges": all(uses_uvloop(pid) for pid in system.server_pids),
-                }
-            )
+        for name in names:
+            if name != system.name:
+                system.switch_to_stock()
+            out += await _cases(system, ns, sizes, step_s, ladder, devices_per_tenant)
     finally:
         await system.stop()
     return out
+
+
+async def _cases(
+    system: System,
+    ns: list[int],
+    sizes: list[int],
+    step_s: float,
+    ladder: list[int],
+    devices_per_tenant: int | None,
+) -> list[Json]:
+    name = system.name
+    out: list[Json] = []
+    for n in ns:
+        client = await start_role(SCRIPT, "client")
+        try:
+            conn = await connect_devices(system, client, n, devices_per_tenant or n)
+            print(
+                f"{name}: {conn['connected']}/{n} devices connected in "
+                f"{conn['elapsed_s']} s {conn['errors'][:1]}",
+                flush=True,
+            )
+            if conn["connected"] < n:
+                raise RuntimeError(f"{name}: only {conn['connected']} of {n} connected")
+            await asyncio.sleep(0.5)
+            for size in sizes:
+                result = await sweep(system, client, n, size, step_s, ladder, drain_s=3.0)
+                result["system"] = name
+                result["tenants"] = system.tenants
+                out.append(result)
+        finally:
+            await client.stop()
+    if name in OURS:
+        out.append(
+            {"system": name, "uvloop_in_edges": all(uses_uvloop(p) for p in system.server_pids)}
+        )
+    return out
+
+
+def stock_switch_present() -> bool:
+    """Whether the code measured reads ``ANDROID_FASTPATH`` at all: without it, "ours-stock"
+    measures the same path as "ours" and says so in its result."""
+    name = next(iter(STOCK_ENV))
+    return any(
+        name in path.read_text(encoding="utf-8", errors="replace")
+        for package in ("edge", "canonical")
+        for path in (CODE / package).rglob("*.py")
+    )

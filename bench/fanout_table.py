@@ -1,11 +1,13 @@
 """The fan-out benchmark's summaries: ours against each peer, case by case (``ratios``),
-and the hottest functions of a py-spy profile (``top_frames``)."""
+the figures its result file quotes (``fanout_figures``), and the hottest functions of a
+py-spy profile (``top_frames``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from bench.host import Json
+from bench.results import figure
 
 
 def top_frames(collapsed: Path, limit: int = 25) -> list[tuple[str, float, float]]:
@@ -34,9 +36,11 @@ def ratios(results: list[Json]) -> list[Json]:
     table: list[Json] = []
     index = {(r["system"], r["tenants"], r["n"], r["size"]): r for r in results if "n" in r}
     for (system, tenants, n, size), r in sorted(index.items()):
-        if system != "ours":
+        if system not in ("ours", "ours-stock"):
             continue
         row: Json = {
+            "system": system,
+            "tenants": tenants,
             "case": f"{tenants} tenant(s)" if tenants > 1 else "1 user",
             "n": n,
             "size": size,
@@ -72,3 +76,100 @@ def ratios(results: list[Json]) -> list[Json]:
                 )
         table.append(row)
     return table
+
+
+def fanout_figures(
+    results: list[Json],
+    table: list[Json],
+    ladder: list[int],
+    tenants_ladder: list[int],
+    latency_load: int,
+) -> list[Json]:
+    """The quotable figures: each case's highest sustained rate (``at_ladder_top``: the
+    ladder ended first, so it is a lower bound; 0: not even ``ladder_bottom`` passed), ours
+    over each peer, and the latency percentiles of each case's step at ``latency_load``
+    deliveries/s, pass or not."""
+    out: list[Json] = []
+    for r in results:
+        if "n" not in r:
+            continue
+        case = {"system": r["system"], "n": r["n"], "tenants": r["tenants"], "size": r["size"]}
+        steps = tenants_ladder if r["tenants"] > 1 else ladder
+        best = r["max_sustained_deliveries_per_s"]
+        out.append(
+            figure(
+                "max_sustained_rate",
+                best,
+                "deliveries/s",
+                **case,
+                at_ladder_top=best == steps[-1],
+                ladder_bottom=steps[0],
+            )
+        )
+        step = next((s for s in r["steps"] if s["target_deliveries_per_s"] == latency_load), None)
+        if step is not None and step["client"]["latency"].get("n"):
+            for q in (50, 90, 99):
+                out.append(
+                    figure(
+                        "latency",
+                        step["client"]["latency"][f"p{q}_ms"],
+                        "ms",
+                        **case,
+                        load=latency_load,
+                        percentile=q,
+                    )
+                )
+    for row in table:
+        bottom = (tenants_ladder if row["tenants"] > 1 else ladder)[0]
+        for peer in ("raw", "sio"):
+            if f"ratio_vs_{peer}" not in row:
+                continue
+            ratio, lower_bound = row[f"ratio_vs_{peer}"], False
+            if ratio is None and row["ours_deliveries_per_s"]:
+                # The peer passed no step: it is below the ladder's first, so ours is more
+                # than ours / first step times it.
+                ratio, lower_bound = round(row["ours_deliveries_per_s"] / bottom, 2), True
+            out.append(
+                figure(
+                    "rate_ratio",
+                    ratio,
+                    "x",
+                    system=row["system"],
+                    peer=peer,
+                    n=row["n"],
+                    tenants=row["tenants"],
+                    size=row["size"],
+                    lower_bound=lower_bound,
+                )
+            )
+    return out
+
+
+def compact(results: list[Json]) -> list[Json]:
+    """The sweeps as the result file keeps them: per step what decided pass or fail, the
+    servers' CPU per delivery and what the rest of the machine used meanwhile (the full
+    step records run to ~1 KB each)."""
+    out: list[Json] = []
+    for r in results:
+        if "steps" not in r:
+            out.append(r)
+            continue
+        steps = [
+            {
+                "target_deliveries_per_s": s["target_deliveries_per_s"],
+                "achieved_deliveries_per_s": s["achieved_deliveries_per_s"],
+                "producer_rate_ratio": round(
+                    s["producer"]["achieved_rate"] / max(s["events_per_s"], 1e-9), 3
+                ),
+                "latency": s["client"]["latency"],
+                "missing": s["client"]["missing"],
+                "server_cpu_us_per_delivery": s["server_cpu_us_per_delivery"],
+                "other_cpu_s": s["cpu"]["other_cpu_s"],
+                "pass": s["pass"],
+                "why_not": s["why_not"],
+                **({"retry": s["retry"]} if "retry" in s else {}),
+            }
+            for s in r["steps"]
+        ]
+        out.append({k: v for k, v in r.items() if k not in ("steps", "at_max")} | {"steps": steps})
+    return out

@@ -12,7 +12,6 @@ publisher, socket.io emitter) to CPU 1. ``CPU_SERVER`` / ``CPU_CLIENT`` below.
 from __future__ import annotations
 
 import os
-import platform
 import resource
 import shutil
 import sys
@@ -48,55 +47,6 @@ def raise_nofile() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def machine() -> Json:
-    cpu_model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem_kib = 0
-    try:
-        for line in Path("/proc/meminfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("MemTotal:"):
-                mem_kib = int(line.split()[1])
-    except OSError:
-        pass
-    versions: Json = {}
-    for name in ("websockets", "uvicorn", "starlette", "redis", "uvloop", "socketio", "engineio"):
-        try:
-            module = __import__(name)
-            versions[name] = getattr(module, "__version__", "?")
-        except Exception:
-            versions[name] = None
-    try:
-        import importlib.metadata as md
-
-        versions["python-socketio"] = md.version("python-socketio")
-        versions["hiredis"] = md.version("hiredis")
-    except Exception:
-        pass
-    redis_bin = shutil.which("redis-server")
-    return {
-        "cpus": os.cpu_count(),
-        "cpu_model": cpu_model,
-        "mem_gib": round(mem_kib / 1024 / 1024, 1),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "nofile_limit": resource.getrlimit(resource.RLIMIT_NOFILE),
-        "redis_server": redis_bin,
-        "versions": versions,
-        "pinning": (
-            f"servers + redis-server on CPU {CPU_SERVER}; clients and event producers on CPU "
-            f"{CPU_CLIENT} (taskset)"
-            if HAVE_TASKSET
-            else "no pinning (taskset missing or < 2 CPUs)"
-        ),
-    }
 
 
 def uses_uvloop(pid: int) -> bool:

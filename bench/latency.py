@@ -1,6 +1,7 @@
 """Latency of the foundation paths against a real `hermes gateway run` (loopback only).
 
-Prints and writes bench/results/latency.json:
+Prints, and writes ``--out`` (else bench/results/local/latency.json, a result file of
+``bench.results``):
 - start-up: `hermes gateway run` → first accepted device connection (ready);
 - warm turn: chat.send → run.accepted and → first message.delta (median of N), embedded
   and Redis (one edge process) modes;
@@ -27,6 +28,7 @@ from canonical.model import Json
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench import results
 from bench.hermes_stack import edge_healthy, embedded_gateway, gateway_on_bus
 from canonical.client import DeviceClient
 from tests.harness.hermes_home import HermesHome
@@ -182,8 +184,27 @@ async def main(turns: int) -> Json:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--turns", type=int, default=20)
-    figures = asyncio.run(main(parser.parse_args().turns))
-    out = ROOT / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "latency.json").write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
+    args = parser.parse_args()
+    run = results.begin()
+    figures = asyncio.run(main(args.turns))
     print(json.dumps(figures, indent=2))
+    results.write(
+        results.out_path(args.out, "latency"),
+        run,
+        bench="latency",
+        parameters={"turns": args.turns},
+        figures=[
+            results.figure(
+                "startup_to_first_accepted_connection",
+                figures["startup_to_first_accepted_connection_ms"],
+                "ms",
+            )
+        ]
+        + [
+            results.figure(leg, figures[mode][leg]["median_ms"], "ms", mode=mode, stat="median")
+            for mode in ("embedded", "redis")
+            for leg in ("chat_send_to_run_accepted", "chat_send_to_first_delta")
+        ],
+        detail=figures,
+    )

@@ -17,14 +17,13 @@ subprocess so memory figures are not polluted by earlier runs:
 * ``job_median_seconds``: the same transcode as a job runs it, in a capped child process
   of its own (``workers.media.isolated``), start-up included: what a device waits.
 
-Writes bench/results/media.json.
+Writes ``--out`` (else bench/results/local/media.json), a result file of ``bench.results``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
 import subprocess
@@ -130,6 +129,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--child", nargs=3, metavar=("KIND", "SRC", "OUT"), help=argparse.SUPPRESS)
     parser.add_argument("--generate", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_one(*args.child)))
@@ -138,13 +138,10 @@ def main() -> None:
         print(json.dumps(generate(Path(args.generate))))
         return
 
-    report: dict[str, Any] = {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": __import__("os").cpu_count(),
-        "repeat": args.repeat,
-        "cases": {},
-    }
+    from bench import results
+
+    run = results.begin()
+    report: dict[str, Any] = {"cases": {}}
     with tempfile.TemporaryDirectory(prefix="hdg-media-bench-") as tmp:
         workdir = Path(tmp)
         made = subprocess.run(
@@ -189,10 +186,22 @@ def main() -> None:
                 f"as a job {summary['job_median_seconds']:.3f} s, "
                 f"input {summary['input']['bytes'] / 2**20:.1f} MiB"
             )
-    results = REPO / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "media.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {results / 'media.json'}")
+    results.write(
+        results.out_path(args.out, "media"),
+        run,
+        bench="media",
+        parameters={"repeat": args.repeat},
+        figures=[
+            figure
+            for case, summary in report["cases"].items()
+            for figure in (
+                results.figure("transcode", summary["median_seconds"], "s", case=case),
+                results.figure("transcode_as_job", summary["job_median_seconds"], "s", case=case),
+                results.figure("peak_rss_growth", summary["max_hwm_delta_mib"], "MiB", case=case),
+            )
+        ],
+        detail=report,
+    )
 
 
 if __name__ == "__main__":

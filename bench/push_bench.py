@@ -10,15 +10,13 @@ pause so it lands at a random phase of the worker's poll loop (arq polls Redis e
 FCM's arrival timestamp minus the enqueue timestamp (same host clock).
 The OAuth token is fetched by a warm-up push first, so the figures are steady state.
 
-Writes bench/results/push.json.
+Writes ``--out`` (else bench/results/local/push.json), a result file of ``bench.results``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import platform
 import random
 import statistics
 import sys
@@ -34,6 +32,7 @@ import redis as redis_client
 from arq import create_pool
 from arq.connections import RedisSettings
 
+from bench import results
 from tests.harness.processes import ManagedProcess, RedisServer, scrubbed_environ
 from tests.workers.fake_services import running_fcm
 from workers.jobs import PUSH_QUEUE, enqueue_push
@@ -107,9 +106,10 @@ def main() -> None:
     parser.add_argument(
         "--poll-delays", default="0.1,0.05,0.5", help="HDG_PUSH_POLL_DELAY values to compare"
     )
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
-
-    report: dict[str, Any] = {"python": platform.python_version(), "runs": {}}
+    run = results.begin()
+    report: dict[str, Any] = {"runs": {}}
     with tempfile.TemporaryDirectory(prefix="hdg-push-bench-") as tmp:
         workdir = Path(tmp)
         redis = RedisServer(workdir=workdir / "redis").start()
@@ -144,10 +144,19 @@ def main() -> None:
                     )
         finally:
             redis.stop()
-    results = REPO / "bench" / "results"
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "push.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {results / 'push.json'}")
+    results.write(
+        results.out_path(args.out, "push"),
+        run,
+        bench="push",
+        parameters={"pushes": args.pushes, "poll_delays_s": args.poll_delays.split(",")},
+        figures=[
+            results.figure(
+                "enqueue_to_fcm_request", f["median_ms"], "ms", poll_delay=key, stat="median"
+            )
+            for key, f in report["runs"].items()
+        ],
+        detail=report,
+    )
 
 
 if __name__ == "__main__":

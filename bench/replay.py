@@ -19,7 +19,8 @@ with a stand-in AgentPort (``bench.common.BenchAgent``: ``wait_ready`` returns a
 no cron jobs) — Hermes is not part of what is measured. Two edges (CPU 0) on a private
 redis-server (CPU 0); plugin and clients on CPU 1.
 
-Writes bench/results/replay.json.
+Writes ``--out`` (else bench/results/local/replay[-quick].json), a result file of
+``bench.results``.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.host import CPU_CLIENT, CPU_SERVER, CpuMeter, Json, machine, raise_nofile
+from bench.host import CPU_CLIENT, CPU_SERVER, CpuMeter, Json, raise_nofile
 from bench.lean_ws import bounded_gather, iris_hello, lean_connect
 from bench.peers.workload import pad_for, stamp
 from bench.plugin_side import delta_event, running_controllers, tenant_token
 from bench.procs import Edge, Redis, role_parser, run_loop, serve_stdio, start_edges, start_role
-from bench.stats import now_stamp, result_name, summary_ms, write_timed_result
+from bench.results import begin, figure
+from bench.stats import result_name, summary_ms, write_timed_result
 
 # =========================================================================== roles
 
@@ -204,7 +206,7 @@ async def plugin_main(redis_url: str) -> None:
 
 async def orchestrate(options: argparse.Namespace) -> None:
     raise_nofile()
-    started = time.monotonic()
+    run = begin()
     out: Json = {}
     redis = Redis().start()
     edges: list[Edge] = []
@@ -289,8 +291,6 @@ async def orchestrate(options: argparse.Namespace) -> None:
         redis.cleanup()
     data = {
         "benchmark": "replay",
-        "when": now_stamp(),
-        "machine": machine(),
         "method": {
             "plugin": "real Controller + gateway_plugin.commands.runs (cmd_hello/_replay) with a "
             "stand-in AgentPort (bench.common.BenchAgent: wait_ready returns at once, no cron "
@@ -301,7 +301,29 @@ async def orchestrate(options: argparse.Namespace) -> None:
         },
         **out,
     }
-    write_timed_result(options.name, data, started)
+    write_timed_result(options.out, options.name, data, run, replay_figures(out))
+
+
+def replay_figures(out: Json) -> list[Json]:
+    single = out.get("single", {})
+    storm = out.get("storm", {})
+    return [
+        figure(
+            "hello_to_last_replayed_event",
+            single.get("hello_to_last_event_ms", {}).get("median"),
+            "ms",
+            missed=single.get("missed"),
+            stat="median of rounds",
+        ),
+        figure("storm_window", storm.get("window_s"), "s", devices=storm.get("devices")),
+        figure(
+            "storm_open_to_last_event",
+            storm.get("open_to_last_event", {}).get("p99_ms"),
+            "ms",
+            devices=storm.get("devices"),
+            percentile=99,
+        ),
+    ]
 
 
 def main() -> None:
@@ -313,6 +335,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     parser.add_argument("--redis")
     options = parser.parse_args()
     if options.role == "client":

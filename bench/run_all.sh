@@ -2,7 +2,8 @@
 # The performance benchmarks, one after another, on loopback (see bench/README.md).
 #   bench/run_all.sh           full runs (fan-out ~8-10 min, the others 1-3 min each)
 #   bench/run_all.sh --quick   smaller sweeps (~5 min in all)
-# Results: bench/results/{fanout,connections,replay,turn_overhead}[-quick].json
+# Results: bench/results/local/{fanout,connections,replay,turn_overhead}[-quick].json (the
+# committed results the docs are made from: python -m bench.report --run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python

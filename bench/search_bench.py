@@ -4,14 +4,13 @@
 
 SessionDB creates the real schema (tables, FTS5 tables, triggers) and the sessions; the
 messages go in with one bulk INSERT so Hermes' triggers fill both FTS indexes exactly as
-they do in production. Prints median/p95 per scope and writes bench/results/search.json.
+they do in production. Prints median/p95 per scope and writes ``--out`` (else
+bench/results/local/search.json), a result file of ``bench.results``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import random
 import sqlite3
 import statistics
@@ -22,6 +21,7 @@ from typing import Any
 
 from hermes_state import SessionDB  # the bench may import Hermes; gateway_plugin modules never do
 
+from bench import results as result_files
 from gateway_plugin.channels.search import SearchIndex
 
 COMMON = (
@@ -157,10 +157,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=50)
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parent / "results" / "search.json"
-    )
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
+    begun = result_files.begin()
 
     with tempfile.TemporaryDirectory(prefix="search-bench-") as tmp:
         db_path = Path(tmp) / "state.db"
@@ -172,18 +171,24 @@ def main() -> None:
         index.close()
 
     report = {
-        "messages": args.messages,
-        "sessions": args.sessions,
         "build_seconds": built["build_seconds"],
         "db_bytes": built["db_bytes"],
         "sqlite": sqlite3.sqlite_version,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "limit": 50,
         "scopes": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    out = result_files.out_path(args.out, "search")
+    result_files.write(
+        out,
+        begun,
+        bench="search",
+        parameters={"messages": args.messages, "sessions": args.sessions, "limit": 50},
+        figures=[
+            result_files.figure("query", res[key], "ms", scope=scope, stat=key.removesuffix("_ms"))
+            for scope, res in results.items()
+            for key in ("median_ms", "p95_ms")
+        ],
+        detail=report,
+    )
     for scope, res in results.items():
         print(
             f"scope={scope:<4} queries={res['queries']} median={res['median_ms']:.2f} ms "
@@ -191,7 +196,7 @@ def main() -> None:
         )
         for kind, st in res["by_kind"].items():
             print(f"    {kind:<10} median={st['median_ms']:.2f} ms p95={st['p95_ms']:.2f} ms")
-    print(f"build {built['build_seconds']} s, db {built['db_bytes'] / 1e6:.1f} MB -> {args.out}")
+    print(f"build {built['build_seconds']} s, db {built['db_bytes'] / 1e6:.1f} MB -> {out}")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""Statistics and result files of the benchmarks: percentiles of latency samples and
-``bench/results/<name>.json``."""
+"""Statistics of the benchmarks and their result files: percentiles of latency samples, and
+a bench's record written as a result file (``bench.results``)."""
 
 from __future__ import annotations
 
-import json
-import time
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.host import RESULTS, Json
+from bench import results
+from bench.host import Json
+from bench.results import Run
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -31,25 +31,23 @@ def summary_ms(values_us: array | list[float]) -> Json:
     }
 
 
-def write_result(name: str, data: Json) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    return path
-
-
 def result_name(name: str | None, quick: bool, default: str) -> str:
     """``--name``, else ``<default>`` or, with ``--quick``, ``<default>-quick``."""
     return name or (f"{default}-quick" if quick else default)
 
 
-def write_timed_result(name: str, data: Json, started: float) -> Path:
-    """``write_result`` with ``wall_s`` (since ``started``, monotonic) last; says where."""
-    data["wall_s"] = round(time.monotonic() - started, 1)
-    path = write_result(name, data)
-    print(f"wrote {path} in {data['wall_s']} s")
-    return path
-
-
-def now_stamp() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+def write_timed_result(
+    out: str | Path | None, name: str, data: Json, run: Run, figures: list[Json]
+) -> Path:
+    """A bench's record as a result file (``bench.results``): ``--out``, else
+    ``bench/results/local/<name>.json``. ``data``'s ``benchmark`` and ``method`` become the
+    file's ``bench`` and ``parameters``; the rest is its ``detail``."""
+    detail = {k: v for k, v in data.items() if k not in ("benchmark", "method")}
+    return results.write(
+        results.out_path(out, name),
+        run,
+        bench=data["benchmark"],
+        parameters=data.get("method", {}),
+        figures=figures,
+        detail=detail,
+    )

@@ -25,7 +25,8 @@ is the first few µs of it). Leg 2 (model → device): Hermes = ``first_send −
 ours = ``t_first_delta − first_send`` (outbox append, publish, edge, socket). The first turn
 of the chat is a cold start and is reported apart.
 
-Writes bench/results/turn_overhead.json.
+Writes ``--out`` (else bench/results/local/turn_overhead[-quick].json), a result file
+of ``bench.results``.
 """
 
 from __future__ import annotations
@@ -43,8 +44,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.hermes_stack import edge_healthy, embedded_gateway, gateway_on_bus
-from bench.host import Json, machine
-from bench.stats import now_stamp, result_name, write_timed_result
+from bench.host import Json
+from bench.results import begin, figure
+from bench.stats import result_name, write_timed_result
 from canonical.client import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import EdgeProcess, RedisServer, ScriptedModel
@@ -214,7 +216,7 @@ async def measure(mode: str, turns: int, first_token_delay: float, chunk_delay: 
 
 
 async def main_async(options: argparse.Namespace) -> None:
-    started = time.monotonic()
+    run = begin()
     modes = ["embedded", "scaled"] if options.mode == "both" else [options.mode]
     results = []
     for mode in modes:
@@ -229,8 +231,6 @@ async def main_async(options: argparse.Namespace) -> None:
         )
     data = {
         "benchmark": "turn_overhead",
-        "when": now_stamp(),
-        "machine": machine(),
         "method": {
             "first_token_delay_s": options.first_token_delay,
             "chunk_delay_s": options.chunk_delay,
@@ -241,7 +241,12 @@ async def main_async(options: argparse.Namespace) -> None:
         },
         "results": results,
     }
-    write_timed_result(options.name, data, started)
+    figures = [
+        figure(leg, r["warm"][leg].get("median_ms"), "ms", mode=r["mode"], stat="median")
+        for r in results
+        for leg in ("leg1_ours_ms", "leg1_hermes_ms", "leg2_ours_ms", "leg2_hermes_ms")
+    ]
+    write_timed_result(options.out, options.name, data, run, figures)
 
 
 def main() -> None:
@@ -254,6 +259,7 @@ def main() -> None:
     parser.add_argument("--chunk-delay", type=float, default=0.02)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name", default=None)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     options = parser.parse_args()
     if options.quick:
         options.turns = min(options.turns, 4)

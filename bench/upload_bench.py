@@ -7,7 +7,8 @@ For each run it streams a file of --mib MiB from disk with `POST /attachments` (
 the client never holds it whole), downloads it back with `GET /attachments/{id}`, and
 uploads it once more over the iris WebSocket (`media.upload.*`, 512 KiB chunks). A sampler
 thread reads the gateway process's RSS every 5 ms: the figures are its RSS before, the
-peak during each phase, and after. Prints them and writes bench/results/upload.json.
+peak during each phase, and after. Prints them and writes ``--out``
+(else bench/results/local/upload.json), a result file of ``bench.results``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import asyncio
 import base64
 import hashlib
-import json
 import os
 import platform
 import secrets
@@ -38,13 +38,13 @@ from canonical.client import DeviceClient
 
 # The test harness (real gateway, scripted model) lives in the repository, not the package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench import results as result_files
 from bench.hermes_stack import edge_healthy, embedded_gateway
 from tests.harness.hermes_home import HermesHome
 from tests.harness.proc import stop_all
 from tests.harness.services import ScriptedModel
 
 MIB = 1024 * 1024
-RESULTS = Path(__file__).resolve().parent / "results" / "upload.json"
 
 
 class RssSampler:
@@ -254,20 +254,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     args = parser.parse_args()
+    begun = result_files.begin()
     with tempfile.TemporaryDirectory(prefix="hdg-upload-bench-") as tmp:
         try:
             results = asyncio.run(bench(args.mib, args.runs, Path(tmp)))
         finally:
             stop_all()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    result_files.write(
+        result_files.out_path(args.out, "upload"),
+        begun,
+        bench="upload",
+        parameters={"file_mib": args.mib, "runs": args.runs},
+        figures=[
+            result_files.figure(key.removesuffix("_median"), results[key], "MiB/s", stat="median")
+            for key in (
+                "http_upload_mib_s_median",
+                "http_download_mib_s_median",
+                "iris_upload_mib_s_median",
+            )
+        ]
+        + [
+            result_files.figure(
+                "gateway_rss_peak_growth", results["gateway_rss_peak_growth_mib"], "MiB"
+            )
+        ],
+        detail=results,
+    )
     for key, value in results.items():
         if key != "per_run":
             print(f"{key:40} {value}")
     for n, row in enumerate(results["per_run"], 1):
         print(f"run {n}: {row}")
-    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":
