@@ -41,9 +41,9 @@ from .errors import (
     CLOSE_VERSION_MISMATCH,
     FrameRejected,
 )
+from .fastpath.wire import UvicornWire as Wire
 from .hub import DIALECTS, Hub, encode
 from .ratelimit import TokenBucket
-from .wire import UvicornWire as Wire
 
 log = logging.getLogger("hdg.edge.session")
 

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from canonical import fastpath
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
 from canonical.protocol import new_id, now_iso
@@ -76,6 +77,7 @@ class AndroidAdapter(MediaSendsMixin, hb.BasePlatformAdapter):  # type: ignore[m
             return False
         self._locked = (token, settings.ws_host, settings.ws_port, settings.embedded)
         data_dir = settings.data_dir or home / hb.PLATFORM
+        fastpath.configure(settings.fastpath)
         bus = open_bus(settings.bus_url, settings.redis_timeouts())
         self.loop = asyncio.get_running_loop()
         self.controller = Controller(
