@@ -329,7 +329,9 @@ def contract(version: str | None = None) -> str | None:
         for name in names:
             if not callable(getattr(cls, name, None)):
                 return f"{cls.__name__}.{name} is missing"
-    protocol_params = set(inspect.signature(ServerProtocol).parameters)
+    import websockets.server  # looked up now: what is installed
+
+    protocol_params = set(inspect.signature(websockets.server.ServerProtocol).parameters)
     if not {"max_size", "logger", "state"} <= protocol_params:
         return f"websockets' ServerProtocol takes {sorted(protocol_params)}"
     if not (hasattr(State, "OPEN") and hasattr(State, "CONNECTING")):

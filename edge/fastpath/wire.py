@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import websockets.server
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
-from websockets.server import ServerProtocol
 
 from ..errors import WireClosed
 from .protocols import assigned
@@ -102,6 +102,6 @@ def contract() -> str | None:
     read_by_send = set(stock.send.__code__.co_names)
     if not {"close_sent", "disconnected", "writable", "transport"} <= read_by_send:
         return "WebSocketsSansIOProtocol.send no longer checks close_sent/writable"
-    if not isinstance(getattr(ServerProtocol(), "extensions", None), list):
+    if not isinstance(getattr(websockets.server.ServerProtocol(), "extensions", None), list):
         return "websockets' ServerProtocol has no extensions list"
     return None
