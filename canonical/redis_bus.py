@@ -21,7 +21,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
@@ -45,14 +45,24 @@ from .bus import (
 )
 from .errors import BusUnavailable
 from .fastpath import enabled
-from .fastpath.redis_mux import Command, Endpoint, RedisMux
-from .fastpath.redis_pubsub import MessageHandler, SubscriberWire, hold, open_subscriber
 from .jsonenc import dumps_ascii
 from .lockout_view import LockoutView
 from .presence_batch import PresenceWriter
-from .redis_stock import DOWN, StockCommands, StockSubscriber, close_client, redis_py_client
+from .redis_stock import (
+    DOWN,
+    Command,
+    MessageHandler,
+    StockCommands,
+    StockSubscriber,
+    close_client,
+    redis_py_client,
+)
 from .redis_timeouts import RedisTimeouts
 from .tenant_cache import TenantCache
+
+if TYPE_CHECKING:  # imported at run time only where their contracts hold (fastpath)
+    from .fastpath.redis_mux import Endpoint, RedisMux
+    from .fastpath.redis_pubsub import SubscriberWire
 
 log = logging.getLogger("hdg.bus")
 
@@ -198,15 +208,21 @@ class RedisBus(Bus):
         self.blocking: Any = redis_py_client(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
         # Every other command: one connection, pipelined across concurrent callers (or,
         # that fast path off, redis-py's pooled client).
-        self.mux: RedisMux | StockCommands = (
-            RedisMux(url, timeouts) if enabled("redis_mux") else StockCommands(url, timeouts)
-        )
+        self.mux: RedisMux | StockCommands
+        if enabled("redis_mux"):
+            from .fastpath.redis_mux import RedisMux
+
+            self.mux = RedisMux(url, timeouts)
+        else:
+            self.mux = StockCommands(url, timeouts)
         # Presence writes and the iris hellos that travel with them: a few ms per batch.
         self.presence_writer = PresenceWriter(self.mux.pipeline_settled)
         # The subscribers' own connections: hiredis-parsed, or redis-py's PubSub.
         self.endpoint: Endpoint | None = None
         self.pubsub_client: Any = None
         if enabled("redis_pubsub"):
+            from .fastpath.redis_mux import Endpoint
+
             self.endpoint = Endpoint(url, timeouts)
         else:
             self.pubsub_client = redis_py_client(url, timeouts)
@@ -219,6 +235,8 @@ class RedisBus(Bus):
     ) -> SubscriberWire | StockSubscriber:
         """A connection subscribed to ``channels`` (confirmed); raises BusUnavailable."""
         if self.endpoint is not None:
+            from .fastpath.redis_pubsub import open_subscriber
+
             return await open_subscriber(self.endpoint, channels, on_message)
         subscriber = StockSubscriber(self.pubsub_client, on_message)
         try:
@@ -232,6 +250,8 @@ class RedisBus(Bus):
         """Until the subscribed connection ends: the reason."""
         if isinstance(wire, StockSubscriber):
             return await wire.hold(self.timeouts)
+        from .fastpath.redis_pubsub import hold
+
         return await hold(wire, self.timeouts)
 
     async def _ensure_group(self, tenant: str) -> str:

@@ -11,10 +11,12 @@ piece that is off runs the library's stock path instead: slower, same behaviour.
 
 from __future__ import annotations
 
+import dis
 import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 log = logging.getLogger("hdg.fastpath")
 
@@ -46,6 +48,14 @@ def verdict(piece: Piece) -> str | None:
         return piece.check()
     except Exception as exc:  # a check that cannot even run: the internals moved
         return f"the contract check raised {type(exc).__name__}: {exc}"
+
+
+def assigned(function: Callable[..., Any]) -> frozenset[str]:
+    """The attribute names a function's code assigns (``self.x = ...``): what a contract
+    compares when a fast path copies or relies on a library's ``__init__``."""
+    return frozenset(
+        str(i.argval) for i in dis.get_instructions(function) if i.opname == "STORE_ATTR"
+    )
 
 
 def _version(piece: Piece) -> str:
@@ -125,4 +135,4 @@ class Registry:
         return frozenset(active)
 
 
-__all__ = ["SWITCH", "Piece", "Registry", "switched_off", "verdict"]
+__all__ = ["SWITCH", "Piece", "Registry", "assigned", "switched_off", "verdict"]

@@ -22,10 +22,8 @@ otherwise ``edge.fastpath`` gives uvicorn its stock protocols by name.
 from __future__ import annotations
 
 import asyncio
-import dis
 import inspect
 import logging
-from collections.abc import Callable
 from typing import Any, Literal
 from urllib.parse import unquote
 
@@ -51,6 +49,8 @@ from websockets.datastructures import Headers
 from websockets.http11 import Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
+
+from canonical.fastpath.registry import assigned
 
 from .handshake import plain_upgrade_accept, switching_protocols
 
@@ -283,13 +283,6 @@ class EdgeHttpProtocol(HttpToolsProtocol):
 VERIFIED_UVICORN = ("0.55.",)
 
 
-def assigned(function: Callable[..., Any]) -> frozenset[str]:
-    """The attribute names a function's code assigns (``self.x = ...``)."""
-    return frozenset(
-        str(i.argval) for i in dis.get_instructions(function) if i.opname == "STORE_ATTR"
-    )
-
-
 def contract(version: str | None = None) -> str | None:
     """None when uvicorn (``version``: the installed one) is a verified release and its
     protocol classes still have every attribute, method and signature the subclasses here
@@ -343,7 +336,6 @@ __all__ = [
     "VERIFIED_UVICORN",
     "EdgeHttpProtocol",
     "EdgeWebSocketProtocol",
-    "assigned",
     "contract",
     "local_addr",
 ]

@@ -19,8 +19,9 @@ from typing import Any
 import websockets.server
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from canonical.fastpath.registry import assigned
+
 from ..errors import WireClosed
-from .protocols import assigned
 
 _SANSIO_MODULE = "uvicorn.protocols.websockets.websockets_sansio_impl"
 # What UvicornWire reads and writes on the protocol, and which of its methods sets each.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import logging
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -240,3 +241,22 @@ async def test_with_every_contract_holding_the_bus_runs_the_fast_paths(
         assert isinstance(await round_trip(bus), SubscriberWire)
     finally:
         await bus.close()
+
+
+async def test_a_fast_path_that_cannot_even_be_imported_leaves_the_bus_on_redis_py(
+    fresh_decision: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    redis_server: RedisServer,
+) -> None:
+    # A hiredis without the names the module binds at import: the import itself fails.
+    monkeypatch.setitem(sys.modules, "canonical.fastpath.redis_mux", None)
+    monkeypatch.setitem(sys.modules, "canonical.fastpath.redis_pubsub", None)
+    bus = RedisBus(redis_server.url)
+    try:
+        assert isinstance(bus.mux, StockCommands)
+        assert isinstance(await round_trip(bus), StockSubscriber)
+    finally:
+        await bus.close()
+    assert len(fastpath_warnings(caplog)) == 2
+    assert all("import of" in line for line in fastpath_warnings(caplog))

@@ -9,6 +9,7 @@ import asyncio
 import functools
 import json
 import logging
+import sys
 import types
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -294,3 +295,18 @@ async def test_android_fastpath_off_gives_an_edge_every_stock_path_without_a_war
     assert not fastpath_lines(caplog, logging.WARNING)
     [line] = fastpath_lines(caplog, logging.INFO)
     assert "ANDROID_FASTPATH=off" in line
+
+
+async def test_an_edge_whose_fast_paths_cannot_even_be_imported_serves_on_the_stock_paths(
+    fresh_decision: None,
+    monkeypatch: pytest.MonkeyPatch,
+    start_edge: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # uvicorn without httptools, say: the modules' own imports fail.
+    monkeypatch.setitem(sys.modules, "edge.fastpath.protocols", None)
+    monkeypatch.setitem(sys.modules, "edge.fastpath.wire", None)
+    served = await serve_a_device(await start_edge())
+    assert served == Served(HttpToolsProtocol, WebSocketsSansIOProtocol, None)
+    lines = fastpath_lines(caplog, logging.WARNING)
+    assert len(lines) == 2 and all("import of" in line for line in lines)
