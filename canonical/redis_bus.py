@@ -4,10 +4,10 @@ Three kinds of connection: redis-py for the stream's group commands (one client 
 blocking XREADGROUP, one for XGROUP/XAUTOCLAIM), a subscriber that dispatches messages as
 it parses them (fastpath.redis_pubsub), and one auto-pipelined connection
 (fastpath.redis_mux) for every other command, so a storm of hellos costs few round trips
-and no pool checkouts. With those fast paths off (``canonical.fastpath``), redis-py's own
-client and PubSub do the same work (redis_stock). Each
-waits a bounded time for Redis (redis_timeouts): a hung command is BusUnavailable. Edges keep a
-short-lived token-digest → tenant cache, invalidated through the bus (tenant_cache).
+and no pool checkouts; with those fast paths off, redis-py's client and PubSub
+(redis_stock). Each waits a bounded time for Redis (redis_timeouts): a hung command is
+BusUnavailable. Edges keep a short-lived token-digest → tenant cache, invalidated through
+the bus (tenant_cache).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from .redis_stock import (
     StockCommands,
     StockSubscriber,
     close_client,
+    open_stock_subscriber,
     redis_py_client,
 )
 from .redis_timeouts import RedisTimeouts
@@ -70,7 +71,6 @@ STREAM_MAXLEN = 100_000
 # The longest XREADGROUP BLOCK a caller may ask for: the blocking client's socket timeout
 # must exceed it, or every idle read would look like a dead server.
 MAX_BLOCK_MS = 30_000
-_DOWN = DOWN
 
 
 def _decode(fields: dict[Any, Any]) -> Json:
@@ -238,13 +238,7 @@ class RedisBus(Bus):
             from .fastpath.redis_pubsub import open_subscriber
 
             return await open_subscriber(self.endpoint, channels, on_message)
-        subscriber = StockSubscriber(self.pubsub_client, on_message)
-        try:
-            await subscriber.confirm(channels, self.timeouts.command_s)
-        except BaseException:
-            subscriber.close()
-            raise
-        return subscriber
+        return await open_stock_subscriber(self.pubsub_client, channels, on_message, self.timeouts)
 
     async def hold(self, wire: SubscriberWire | StockSubscriber) -> str:
         """Until the subscribed connection ends: the reason."""
@@ -323,7 +317,7 @@ class RedisBus(Bus):
         except TimeoutError as exc:  # redis-py drops the connection it was cancelled on
             self._groups.clear()
             raise BusUnavailable(f"redis did not answer a stream read: {exc}") from exc
-        except _DOWN as exc:
+        except DOWN as exc:
             self._groups.clear()
             raise BusUnavailable(str(exc)) from exc
         except ResponseError as exc:
@@ -362,7 +356,7 @@ class RedisBus(Bus):
                     out.append((entry_id.decode(), _decode(fields)))
                 if not entries or start in (b"0-0", "0-0"):
                     break
-        except _DOWN as exc:
+        except DOWN as exc:
             raise BusUnavailable(str(exc)) from exc
         return out
 

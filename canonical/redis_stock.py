@@ -201,6 +201,20 @@ class StockSubscriber:
         closing.add_done_callback(_ignore_result)
 
 
+async def open_stock_subscriber(
+    client: Any, channels: list[str], on_message: MessageHandler, timeouts: RedisTimeouts
+) -> StockSubscriber:
+    """A PubSub subscribed to ``channels``, confirmed within ``command_s``; raises
+    BusUnavailable."""
+    subscriber = StockSubscriber(client, on_message)
+    try:
+        await subscriber.confirm(channels, timeouts.command_s)
+    except BaseException:
+        subscriber.close()
+        raise
+    return subscriber
+
+
 def _ignore_result(task: asyncio.Future[Any]) -> None:
     with contextlib.suppress(BaseException):
         task.result()
@@ -210,5 +224,6 @@ __all__ = [
     "StockCommands",
     "StockSubscriber",
     "close_client",
+    "open_stock_subscriber",
     "redis_py_client",
 ]

@@ -43,6 +43,9 @@ FAULTS: list[Callable[..., Awaitable[None]]] = [
     test_redis_bus.test_every_command_to_a_frozen_redis_is_unavailable_and_the_bus_recovers_after,
     test_redis_bus.test_a_subscription_whose_redis_freezes_resubscribes_once_it_thaws,
 ]
+RACES: list[Callable[..., Awaitable[None]]] = [
+    test_redis_bus.test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost,
+]
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=lambda test: test.__name__.removeprefix("test_"))
@@ -50,3 +53,10 @@ async def test_the_stock_bus_survives_what_the_fast_one_survives(
     stock_paths: None, redis_factory: Callable[..., RedisServer], fault: Any
 ) -> None:
     await fault(redis_factory)
+
+
+@pytest.mark.parametrize("race", RACES, ids=lambda test: test.__name__.removeprefix("test_"))
+async def test_the_stock_subscription_wins_the_races_the_fast_one_wins(
+    stock_paths: None, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, race: Any
+) -> None:
+    await race(redis_server, monkeypatch)
