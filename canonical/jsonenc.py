@@ -1,8 +1,9 @@
 """Compact JSON for frames, bus messages and stored events: built once, UTF-8 safe.
 
 ``json.JSONEncoder.encode`` builds a new C encoder on every call, about half the cost of
-encoding a small frame; these encoders are built once. Python strings may hold lone
-surrogates (a model's ``"\\ud800"`` escape decodes to one) that UTF-8 cannot carry:
+encoding a small frame; these encoders are built once (``canonical.fastpath.jsonenc``).
+Python strings may hold lone surrogates (a model's ``"\\ud800"`` escape decodes to one)
+that UTF-8 cannot carry:
 ``dumps`` replaces them with U+FFFD, so its text always encodes, whoever reads it next
 (a socket, SQLite, the bus). Surrogate-free input gives exactly ``json.dumps``'s text
 with the same options.
@@ -11,32 +12,14 @@ with the same options.
 from __future__ import annotations
 
 import json
-import json.encoder
-from collections.abc import Callable
 from typing import Any
 
-_Encoder = Callable[[Any, int], "list[str] | tuple[str, ...]"]
+from . import fastpath
+from .fastpath import jsonenc as _fast
 
-
-def _build(ensure_ascii: bool) -> Callable[[Any], str]:
-    fallback = json.JSONEncoder(
-        ensure_ascii=ensure_ascii, check_circular=False, separators=(",", ":")
-    )
-    make = getattr(json.encoder, "c_make_encoder", None)  # private, not in typeshed
-    if make is None:  # CPython always has the accelerator; keep the slow path correct
-        return fallback.encode
-    strings = (
-        json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
-    )
-    # markers=None: no cycle check (our documents are trees; a cycle is a RecursionError).
-    encoder: _Encoder = make(None, fallback.default, strings, None, ":", ",", False, False, True)
-
-    def encode(obj: Any) -> str:
-        return "".join(encoder(obj, 0))
-
-    return encode
-
-
+# c_make_encoder built once (canonical.fastpath), or the standard library's encoder when
+# that fast path is off: the same text either way.
+_build = _fast.build if fastpath.enabled("jsonenc") else _fast.stock
 _dumps_raw = _build(ensure_ascii=False)
 dumps_ascii = _build(ensure_ascii=True)
 """Compact JSON with every non-ASCII character escaped (lone surrogates too)."""

@@ -2,10 +2,12 @@
 
 Three kinds of connection: redis-py for the stream's group commands (one client for the
 blocking XREADGROUP, one for XGROUP/XAUTOCLAIM), a subscriber that dispatches messages as
-it parses them (redis_pubsub), and one auto-pipelined connection (redis_mux) for every
-other command, so a storm of hellos costs few round trips and no pool checkouts. Each
-waits a bounded time for Redis (redis_timeouts): a hung command is BusUnavailable. Edges keep a
-short-lived token-digest → tenant cache, invalidated through the bus (tenant_cache).
+it parses them (fastpath.redis_pubsub), and one auto-pipelined connection
+(fastpath.redis_mux) for every other command, so a storm of hellos costs few round trips
+and no pool checkouts; with those fast paths off, redis-py's client and PubSub
+(redis_stock). Each waits a bounded time for Redis (redis_timeouts): a hung command is
+BusUnavailable. Edges keep a short-lived token-digest → tenant cache, invalidated through
+the bus (tenant_cache).
 """
 
 from __future__ import annotations
@@ -19,12 +21,9 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .bus import (
     CONSUMER_GROUP,
@@ -45,14 +44,26 @@ from .bus import (
     token_digest,
 )
 from .errors import BusUnavailable
+from .fastpath import enabled
 from .jsonenc import dumps_ascii
 from .lockout_view import LockoutView
 from .presence_batch import PresenceWriter
-from .redis_mux import Command, Endpoint, RedisMux
-from .redis_pubsub import SubscriberWire, hold, open_subscriber
-from .redis_timeouts import RedisTimeouts, redis_py_options
-from .sentinel import close_primary_client, is_sentinel_url, parse_sentinel_url, primary_client
+from .redis_stock import (
+    DOWN,
+    Command,
+    MessageHandler,
+    StockCommands,
+    StockSubscriber,
+    close_client,
+    open_stock_subscriber,
+    redis_py_client,
+)
+from .redis_timeouts import RedisTimeouts
 from .tenant_cache import TenantCache
+
+if TYPE_CHECKING:  # imported at run time only where their contracts hold (fastpath)
+    from .fastpath.redis_mux import Endpoint, RedisMux
+    from .fastpath.redis_pubsub import SubscriberWire
 
 log = logging.getLogger("hdg.bus")
 
@@ -60,7 +71,6 @@ STREAM_MAXLEN = 100_000
 # The longest XREADGROUP BLOCK a caller may ask for: the blocking client's socket timeout
 # must exceed it, or every idle read would look like a dead server.
 MAX_BLOCK_MS = 30_000
-_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
 def _decode(fields: dict[Any, Any]) -> Json:
@@ -82,7 +92,7 @@ class _RedisSubscription(Subscription):
         self._handler = handler
         self._on_reconnect = on_reconnect
         self._tenants: set[str] = set()
-        self._wire: SubscriberWire | None = None
+        self._wire: SubscriberWire | StockSubscriber | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -107,10 +117,10 @@ class _RedisSubscription(Subscription):
         delay = 0.1
         first = True
         while not self._closed:
-            wire: SubscriberWire | None = None
+            wire: SubscriberWire | StockSubscriber | None = None
             try:
                 wanted = self._channels()
-                wire = await open_subscriber(self._bus.endpoint, wanted, self._on_message)
+                wire = await self._bus.open_subscriber(wanted, self._on_message)
                 # Subscribed first, then the index: a failure is in one or the other.
                 failing = await self._bus.failing_sources()
                 # Tenants added or removed meanwhile were not in `wanted`. Nothing awaits
@@ -130,7 +140,7 @@ class _RedisSubscription(Subscription):
                 if not first and self._on_reconnect is not None:
                     self._on_reconnect()
                 first = False
-                reason = await hold(wire, self._bus.timeouts)
+                reason = await self._bus.hold(wire)
                 raise BusUnavailable(reason)
             except asyncio.CancelledError:
                 raise
@@ -193,17 +203,50 @@ class RedisBus(Bus):
         self.url = url
         self.timeouts = timeouts = timeouts or RedisTimeouts()
         # Consumer groups and reclaims (XGROUP, XAUTOCLAIM): they answer at once.
-        self.client: Any = _redis_py(url, timeouts)
+        self.client: Any = redis_py_client(url, timeouts)
         # XREADGROUP BLOCK alone: its reads may wait out the longest block allowed.
-        self.blocking: Any = _redis_py(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
-        # Every other command: one connection, pipelined across concurrent callers.
-        self.mux = RedisMux(url, timeouts)
+        self.blocking: Any = redis_py_client(url, timeouts, blocks_for_s=MAX_BLOCK_MS / 1000)
+        # Every other command: one connection, pipelined across concurrent callers (or,
+        # that fast path off, redis-py's pooled client).
+        self.mux: RedisMux | StockCommands
+        if enabled("redis_mux"):
+            from .fastpath.redis_mux import RedisMux
+
+            self.mux = RedisMux(url, timeouts)
+        else:
+            self.mux = StockCommands(url, timeouts)
         # Presence writes and the iris hellos that travel with them: a few ms per batch.
         self.presence_writer = PresenceWriter(self.mux.pipeline_settled)
-        self.endpoint = Endpoint(url, timeouts)  # the subscribers' own (redis_pubsub)
+        # The subscribers' own connections: hiredis-parsed, or redis-py's PubSub.
+        self.endpoint: Endpoint | None = None
+        self.pubsub_client: Any = None
+        if enabled("redis_pubsub"):
+            from .fastpath.redis_mux import Endpoint
+
+            self.endpoint = Endpoint(url, timeouts)
+        else:
+            self.pubsub_client = redis_py_client(url, timeouts)
         self.tenants = TenantCache()
         self.lockouts = LockoutView()
         self._groups: set[str] = set()
+
+    async def open_subscriber(
+        self, channels: list[str], on_message: MessageHandler
+    ) -> SubscriberWire | StockSubscriber:
+        """A connection subscribed to ``channels`` (confirmed); raises BusUnavailable."""
+        if self.endpoint is not None:
+            from .fastpath.redis_pubsub import open_subscriber
+
+            return await open_subscriber(self.endpoint, channels, on_message)
+        return await open_stock_subscriber(self.pubsub_client, channels, on_message, self.timeouts)
+
+    async def hold(self, wire: SubscriberWire | StockSubscriber) -> str:
+        """Until the subscribed connection ends: the reason."""
+        if isinstance(wire, StockSubscriber):
+            return await wire.hold(self.timeouts)
+        from .fastpath.redis_pubsub import hold
+
+        return await hold(wire, self.timeouts)
 
     async def _ensure_group(self, tenant: str) -> str:
         stream = command_stream(tenant)
@@ -274,7 +317,7 @@ class RedisBus(Bus):
         except TimeoutError as exc:  # redis-py drops the connection it was cancelled on
             self._groups.clear()
             raise BusUnavailable(f"redis did not answer a stream read: {exc}") from exc
-        except _DOWN as exc:
+        except DOWN as exc:
             self._groups.clear()
             raise BusUnavailable(str(exc)) from exc
         except ResponseError as exc:
@@ -313,7 +356,7 @@ class RedisBus(Bus):
                     out.append((entry_id.decode(), _decode(fields)))
                 if not entries or start in (b"0-0", "0-0"):
                     break
-        except _DOWN as exc:
+        except DOWN as exc:
             raise BusUnavailable(str(exc)) from exc
         return out
 
@@ -438,20 +481,9 @@ class RedisBus(Bus):
         with contextlib.suppress(BusUnavailable):
             await self.presence_writer.close()
         await self.mux.close()
-        for client in (self.client, self.blocking):
-            if is_sentinel_url(self.url):
-                await close_primary_client(client)
-            else:
-                await client.aclose()
-
-
-def _redis_py(url: str, timeouts: RedisTimeouts, *, blocks_for_s: float = 0.0) -> Any:
-    """A redis-py client on the primary (through the sentinels for a sentinel URL)."""
-    if is_sentinel_url(url):
-        return primary_client(parse_sentinel_url(url), timeouts, blocks_for_s=blocks_for_s)
-    return aioredis.from_url(  # type: ignore[no-untyped-call]
-        url, **redis_py_options(url, timeouts, blocks_for_s=blocks_for_s)
-    )
+        for client in (self.client, self.blocking, self.pubsub_client):
+            if client is not None:
+                await close_client(self.url, client)
 
 
 def _publish_done(on_lost: Callable[[], None] | None, sent: asyncio.Future[Any]) -> None:

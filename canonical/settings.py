@@ -276,6 +276,11 @@ class GatewaySettings(HdgSettings):
         json_schema_extra={"extra_keys": ["redis_health_check_s"]},
         description="Scaled mode: seconds of silence after which a Redis connection is checked with a PING.",
     )
+    fastpath: Literal["on", "off"] = Field(
+        default="on",
+        validation_alias="ANDROID_FASTPATH",
+        description="`off` runs every library's stock path instead of the fast paths that reach into uvicorn's, websockets', redis-py's and the json module's internals (docs/architecture.md, Fast paths); read from the environment when a process starts.",
+    )
 
     @field_validator("bus_url")
     @classmethod

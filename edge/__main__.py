@@ -6,7 +6,7 @@ import gc
 import logging
 import sys
 
-from canonical import logredact
+from canonical import fastpath, logredact
 from canonical.bus import open_bus
 from canonical.errors import SettingsError
 from canonical.settings import GatewaySettings, load_settings
@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     if socks is None and settings.edge_workers > 1:
         return supervise(settings)
     settings.edge_id = worker_edge_id(settings.edge_id)
+    fastpath.configure(settings.fastpath)
     try:
         bus = open_bus(settings.bus_url, settings.redis_timeouts())
     except ValueError as exc:  # a URL the scheme check let through: a port, a query option

@@ -23,11 +23,11 @@ from . import metrics, web, worker_metrics
 from .attachments import AttachmentStore
 from .attachments import routes as attachment_routes
 from .errors import CLOSE_UNAVAILABLE
+from .fastpath import wire_for
 from .guard import Unauthenticated, guarded_protocol
 from .hub import DIALECTS, Hub, encode
 from .media import MediaFrames
 from .session import DeviceSession
-from .wire import wire_for
 
 log = logging.getLogger("hdg.edge")
 

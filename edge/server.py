@@ -20,13 +20,14 @@ from canonical.errors import SettingsError
 from canonical.protocol import MAX_FRAME_BYTES
 from canonical.settings import GatewaySettings
 
+from . import fastpath
 from .app import EdgeState, build_app
 from .errors import CLOSE_GOING_AWAY
 from .guard import guarded
-from .protocols import server_protocols
 
 
 def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvicorn.Config:
+    fastpath.configure(settings.fastpath)
     ssl: dict[str, Any] = {}
     if settings.ws_cert and settings.ws_key:
         ssl = {"ssl_certfile": str(settings.ws_cert), "ssl_keyfile": str(settings.ws_key)}
@@ -34,8 +35,8 @@ def uvicorn_config(app: Any, settings: GatewaySettings, **overrides: Any) -> uvi
         "host": settings.ws_host,
         "port": settings.ws_port,
         # uvicorn's httptools and websockets-sansio protocols, with the opening
-        # handshake parsed once (edge.protocols).
-        **server_protocols(),
+        # handshake parsed once (edge.fastpath), or uvicorn's stock ones.
+        **fastpath.server_protocols(),
         # Larger than our 2 MiB frame limit so an oversize frame gets a `too_large`
         # error and the connection stays usable; beyond this uvicorn closes with 1009.
         "ws_max_size": 8 * MAX_FRAME_BYTES,

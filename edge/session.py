@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -44,7 +44,9 @@ from .errors import (
 )
 from .hub import DIALECTS, Hub, encode
 from .ratelimit import TokenBucket
-from .wire import UvicornWire as Wire
+
+if TYPE_CHECKING:  # imported only where its contract holds (edge.fastpath)
+    from .fastpath.wire import UvicornWire as Wire
 
 log = logging.getLogger("hdg.edge.session")
 

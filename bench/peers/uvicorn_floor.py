@@ -4,7 +4,7 @@ connection before doing anything of its own.
     python bench/peers/uvicorn_floor.py --port P
 
 uvicorn with the edge's own options (``edge.server.uvicorn_config``: uvloop, httptools,
-``ws="websockets-sansio"`` as uvicorn ships them, not the edge's ``edge.protocols``, the
+``ws="websockets-sansio"`` as uvicorn ships them, not the edge's ``edge.fastpath.protocols``, the
 edge's frame-size cap and keep-alive pings,
 permessage-deflate off) serving a bare ASGI app: accept the WebSocket, read one text frame,
 answer ``{"type":"hello.ack"}``, hold the socket until the device goes. No auth, no Redis,
@@ -56,7 +56,7 @@ def config(port: int) -> uvicorn.Config:
     from edge.server import uvicorn_config
 
     settings = load_settings({"token": "floor-peer-token-unused-0000"})
-    # uvicorn's stock protocols, not the edge's (edge.protocols): the floor is what the
+    # uvicorn's stock protocols, not the edge's (edge.fastpath.protocols): the floor is what the
     # required server stack costs as it ships.
     return uvicorn_config(
         app,

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from canonical import fastpath
 from canonical.bus import open_bus
 from canonical.errors import BusUnavailable, SettingsError
 from canonical.model import Lane
@@ -87,6 +88,7 @@ class AndroidAdapter(
             return False
         self._locked = (token, settings.ws_host, settings.ws_port, settings.embedded)
         data_dir = settings.data_dir or home / hb.PLATFORM
+        fastpath.configure(settings.fastpath)
         bus = open_bus(settings.bus_url, settings.redis_timeouts())
         self.loop = asyncio.get_running_loop()
         self.controller = Controller(

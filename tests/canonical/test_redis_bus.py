@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 import pytest
 import redis.asyncio as aioredis
 
-from canonical import redis_bus
 from canonical.bus import TENANTS_KEY, command_stream, token_digest
 from canonical.errors import BusUnavailable
 from canonical.redis_bus import MAX_BLOCK_MS, RedisBus
@@ -163,13 +162,13 @@ async def test_a_tenant_added_while_the_subscription_is_connecting_is_not_lost(
     bus = RedisBus(redis_server.url)
     publisher = RedisBus(redis_server.url)
     gate = asyncio.Event()
-    real_open = redis_bus.open_subscriber
+    real_open = RedisBus.open_subscriber
 
-    async def gated_open(*args: Any, **kwargs: Any) -> Any:
+    async def gated_open(self: RedisBus, *args: Any, **kwargs: Any) -> Any:
         await gate.wait()  # the connect + SUBSCRIBE round trip, held open
-        return await real_open(*args, **kwargs)
+        return await real_open(self, *args, **kwargs)
 
-    monkeypatch.setattr(redis_bus, "open_subscriber", gated_open)
+    monkeypatch.setattr(RedisBus, "open_subscriber", gated_open)
     recorder = Recorder()
     tenant, edge = unique("tenant"), unique("edge")
     sub = bus.subscription(edge, recorder)

@@ -18,8 +18,8 @@ from canonical.memory_bus import MemoryBus
 from canonical.settings import load_settings
 from edge.app import EdgeState, build_app
 from edge.errors import CLOSE_UNAVAILABLE
+from edge.fastpath.protocols import EdgeHttpProtocol, HttpToolsProtocol
 from edge.guard import GuardedHttp, Unauthenticated
-from edge.protocols import EdgeHttpProtocol, HttpToolsProtocol
 from edge.server import EmbeddedServer, make_state, uvicorn_config
 from tests.harness.processes import free_port
 

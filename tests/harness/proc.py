@@ -42,6 +42,9 @@ SCRUBBED_ENV_PREFIXES = (
     "TIRITH_",
 )
 SCRUBBED_ENV_SUFFIXES = ("_API_KEY",)
+# Kept although ANDROID_*: the run's choice of stock paths (scripts/test's second run,
+# benchmarks of the stock stack) must reach every gateway, edge and worker it starts.
+KEPT_ENV = frozenset(("ANDROID_FASTPATH",))
 
 
 class ProcessFailed(RuntimeError):
@@ -86,11 +89,13 @@ def port_is_open(host: str, port: int, timeout: float = 0.2) -> bool:
 
 
 def scrubbed_environ(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``os.environ`` minus provider keys / Hermes / Android settings, plus ``extra``."""
+    """``os.environ`` minus provider keys / Hermes / Android settings (but ``KEPT_ENV``),
+    plus ``extra``."""
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(SCRUBBED_ENV_PREFIXES) and not key.endswith(SCRUBBED_ENV_SUFFIXES)
+        if key in KEPT_ENV
+        or not (key.startswith(SCRUBBED_ENV_PREFIXES) or key.endswith(SCRUBBED_ENV_SUFFIXES))
     }
     env["PYTHONUNBUFFERED"] = "1"
     if extra:

@@ -224,3 +224,13 @@ def test_waiting_for_a_gateway_that_never_gets_ready_times_out_with_its_log(
         assert "was not ready within 2.0s" in str(caught.value)
     finally:
         gateway.stop()
+
+
+def test_a_scrubbed_environment_drops_android_settings_but_keeps_the_fast_path_switch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANDROID_TOKEN", "from-the-outer-shell")
+    monkeypatch.setenv("ANDROID_FASTPATH", "off")
+    env = harness_proc.scrubbed_environ({"ANDROID_WS_PORT": "1"})
+    assert "ANDROID_TOKEN" not in env
+    assert env["ANDROID_FASTPATH"] == "off" and env["ANDROID_WS_PORT"] == "1"

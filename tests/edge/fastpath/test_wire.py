@@ -1,4 +1,4 @@
-"""edge.wire: events framed once and written straight to uvicorn's websockets-sansio socket."""
+"""edge.wire and edge.fastpath.wire: events framed once and written straight to uvicorn's websockets-sansio socket."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from canonical.memory_bus import MemoryBus
 from canonical.settings import load_settings
 from edge.app import EdgeState, build_app
 from edge.errors import WireClosed
+from edge.fastpath.wire import UvicornWire, wire_for
 from edge.server import EmbeddedServer, make_state, uvicorn_config
-from edge.wire import OutFrame, UvicornWire, wire_for, ws_frame
+from edge.wire import OutFrame, ws_frame
 from tests.edge.dialect_events import a_user_echo
 from tests.harness.processes import free_port
 

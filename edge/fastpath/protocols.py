@@ -3,23 +3,26 @@
 Stock uvicorn parses an upgrade request with httptools, writes it back out as bytes, and
 has websockets parse and check it again before building the 101 response header by
 header. ``EdgeHttpProtocol`` recognises the common, valid upgrade in what httptools
-already parsed (``edge.handshake``) and hands it to ``EdgeWebSocketProtocol``, which
+already parsed (``edge.fastpath.handshake``) and hands it to ``EdgeWebSocketProtocol``, which
 answers it straight away; every other upgrade takes uvicorn's own upgrade code unchanged.
 After the 101 the socket is uvicorn's websockets-sansio protocol on websockets'
 ``ServerProtocol``, unchanged: framing, pings, flow control, closing and shutdown are
 theirs.
 
-Measured (docs/performance.md): the stock handshake was about a third
-of an edge's CPU per device set-up (py-spy).
+Measured (``bench/connections.py``, py-spy): the stock handshake was about a third of an
+edge's CPU per device set-up, the difference between ~2,450 and ~3,200 iris set-ups/s on
+two cores (docs/performance.md).
 
-Both classes lean on attributes of uvicorn's classes, so they are used only on the uvicorn
-releases tests/edge/test_protocols.py verified (``VERIFIED_UVICORN``): it checks those
-attributes and that both paths answer every handshake alike.
+Both classes copy and lean on attributes of uvicorn's classes, so they run only on the
+uvicorn releases tests/edge/fastpath/test_protocols.py verified (``VERIFIED_UVICORN``)
+and only while :func:`contract` finds every attribute, method and signature they touch;
+otherwise ``edge.fastpath`` gives uvicorn its stock protocols by name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from typing import Any, Literal
 from urllib.parse import unquote
@@ -28,6 +31,10 @@ import uvicorn
 from uvicorn.config import Config
 from uvicorn.logging import TRACE_LOG_LEVEL
 from uvicorn.protocols.http.flow_control import FlowControl
+
+# uvicorn[standard] brings httptools; without it the contract fails and the edge runs
+# uvicorn's stock protocols (edge.fastpath).
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.protocols.utils import (
     ClientDisconnected,
     get_client_addr,
@@ -43,12 +50,9 @@ from websockets.http11 import Response
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from .handshake import plain_upgrade_accept, switching_protocols
+from canonical.fastpath.registry import assigned
 
-try:  # uvicorn[standard] brings httptools; without it the edge runs uvicorn's stock protocols
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-except ImportError:  # pragma: no cover
-    HttpToolsProtocol = None  # type: ignore[assignment,misc]
+from .handshake import plain_upgrade_accept, switching_protocols
 
 # The loggers uvicorn's protocols look up on every connection (getLogger takes a lock).
 _ERROR_LOG = logging.getLogger("uvicorn.error")
@@ -232,73 +236,106 @@ def local_addr(transport: asyncio.Transport) -> tuple[str, int | None] | None:
     return get_local_addr(transport)  # anything else: uvicorn's own way
 
 
-if HttpToolsProtocol is not None:
+class EdgeHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, handing an upgrade over already parsed."""
 
-    class EdgeHttpProtocol(HttpToolsProtocol):
-        """uvicorn's httptools protocol, handing an upgrade over already parsed."""
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # uvicorn's, with the local address read from the transport (local_addr).
+        self.connections.add(self)
+        self.transport = transport
+        self.flow = FlowControl(transport)
+        self.server = local_addr(transport)
+        self.client = get_remote_addr(transport)
+        self.scheme = "https" if is_ssl(transport) else "http"
+        if self.logger.level <= TRACE_LOG_LEVEL:
+            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
+            self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", prefix)
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            # uvicorn's, with the local address read from the transport (local_addr).
-            self.connections.add(self)
-            self.transport = transport
-            self.flow = FlowControl(transport)
-            self.server = local_addr(transport)
-            self.client = get_remote_addr(transport)
-            self.scheme = "https" if is_ssl(transport) else "http"
-            if self.logger.level <= TRACE_LOG_LEVEL:
-                prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
-                self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", prefix)
-
-        def handle_websocket_upgrade(self) -> None:
-            protocol_class = self.ws_protocol_class
-            accept = None
-            if not self.config.ws_per_message_deflate:  # no extension to negotiate
-                accept = plain_upgrade_accept(self.scope["method"].encode(), self.url, self.headers)
-            if (
-                accept is None
-                or protocol_class is None
-                or not issubclass(protocol_class, EdgeWebSocketProtocol)
-            ):
-                super().handle_websocket_upgrade()  # websockets parses and decides
-                return
-            if self.logger.level <= TRACE_LOG_LEVEL:
-                prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
-                self.logger.log(TRACE_LOG_LEVEL, "%sUpgrading to WebSocket", prefix)
-            self.connections.discard(self)
-            protocol = protocol_class(
-                config=self.config, server_state=self.server_state, app_state=self.app_state
-            )
-            protocol.adopt(
-                self.transport, self.server, self.client, "wss" if self.scheme == "https" else "ws"
-            )
-            self.transport.set_protocol(protocol)
-            protocol.open(accept, self.url, self.headers)
-
-else:  # pragma: no cover
-    EdgeHttpProtocol = None  # type: ignore[assignment,misc]
+    def handle_websocket_upgrade(self) -> None:
+        protocol_class = self.ws_protocol_class
+        accept = None
+        if not self.config.ws_per_message_deflate:  # no extension to negotiate
+            accept = plain_upgrade_accept(self.scope["method"].encode(), self.url, self.headers)
+        if (
+            accept is None
+            or protocol_class is None
+            or not issubclass(protocol_class, EdgeWebSocketProtocol)
+        ):
+            super().handle_websocket_upgrade()  # websockets parses and decides
+            return
+        if self.logger.level <= TRACE_LOG_LEVEL:
+            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
+            self.logger.log(TRACE_LOG_LEVEL, "%sUpgrading to WebSocket", prefix)
+        self.connections.discard(self)
+        protocol = protocol_class(
+            config=self.config, server_state=self.server_state, app_state=self.app_state
+        )
+        protocol.adopt(
+            self.transport, self.server, self.client, "wss" if self.scheme == "https" else "ws"
+        )
+        self.transport.set_protocol(protocol)
+        protocol.open(accept, self.url, self.headers)
 
 
-# The uvicorn releases these subclasses were checked against (tests/edge/test_protocols.py).
-# Under any other, the edge runs uvicorn's stock protocols: slower set-ups, same behaviour.
+# The uvicorn releases these subclasses were checked against (tests/edge/fastpath/
+# test_protocols.py compares both paths' answers byte for byte). Under any other, the edge
+# runs uvicorn's stock protocols: slower set-ups, same behaviour.
 VERIFIED_UVICORN = ("0.55.",)
 
 
-def fast_handshake_available(version: str = uvicorn.__version__) -> bool:
-    return EdgeHttpProtocol is not None and version.startswith(VERIFIED_UVICORN)
+def contract(version: str | None = None) -> str | None:
+    """None when uvicorn (``version``: the installed one) is a verified release and its
+    protocol classes still have every attribute, method and signature the subclasses here
+    copy or call; else what is not."""
+    version = uvicorn.__version__ if version is None else version
+    if not version.startswith(VERIFIED_UVICORN):
+        return f"uvicorn {version} is not a verified release ({', '.join(VERIFIED_UVICORN)}x)"
+    stock_ws, stock_http = WebSocketsSansIOProtocol, HttpToolsProtocol
+    params = ("config", "server_state", "app_state", "_loop")
+    for cls in (stock_ws, stock_http):
+        got = tuple(inspect.signature(cls.__init__).parameters)[1:]
+        if got != params:
+            return f"{cls.__name__}.__init__ takes {got}, not {params}"
+    # The websockets protocol's __init__ is copied: same state, plus the fast path's own.
+    ours = assigned(EdgeWebSocketProtocol.__init__) - {"_accept"}
+    differ = ours ^ assigned(stock_ws.__init__)
+    if differ:
+        return f"WebSocketsSansIOProtocol.__init__ differs in {sorted(differ)}"
+    if assigned(EdgeWebSocketProtocol.adopt) != assigned(stock_ws.connection_made):
+        return "WebSocketsSansIOProtocol.connection_made sets other attributes"
+    if assigned(EdgeHttpProtocol.connection_made) != assigned(stock_http.connection_made):
+        return "HttpToolsProtocol.connection_made sets other attributes"
+    # What the upgrade reads of the HTTP protocol, and the websockets protocol's methods
+    # open() and send() call.
+    http_state = assigned(stock_http.__init__) | assigned(stock_http.on_message_begin)
+    missing = {"config", "server_state", "app_state", "ws_protocol_class", "logger"}
+    missing |= {"connections", "url", "headers", "scope"}
+    missing -= http_state
+    if missing:
+        return f"HttpToolsProtocol no longer sets {sorted(missing)}"
+    if not {"request", "response", "scope"} <= assigned(stock_ws.handle_connect):
+        return "WebSocketsSansIOProtocol.handle_connect sets other attributes"
+    for cls, names in (
+        (stock_http, ("handle_websocket_upgrade",)),
+        (stock_ws, ("run_asgi", "on_task_complete", "send", "start_keepalive")),
+    ):
+        for name in names:
+            if not callable(getattr(cls, name, None)):
+                return f"{cls.__name__}.{name} is missing"
+    import websockets.server  # looked up now: what is installed
 
-
-def server_protocols() -> dict[str, Any]:
-    """uvicorn ``http``/``ws`` options: these classes, or uvicorn's stock ones by name."""
-    if not fast_handshake_available():
-        return {"http": "auto", "ws": "websockets-sansio"}
-    return {"http": EdgeHttpProtocol, "ws": EdgeWebSocketProtocol}
+    protocol_params = set(inspect.signature(websockets.server.ServerProtocol).parameters)
+    if not {"max_size", "logger", "state"} <= protocol_params:
+        return f"websockets' ServerProtocol takes {sorted(protocol_params)}"
+    if not (hasattr(State, "OPEN") and hasattr(State, "CONNECTING")):
+        return "websockets.protocol.State lacks OPEN or CONNECTING"
+    return None
 
 
 __all__ = [
     "VERIFIED_UVICORN",
     "EdgeHttpProtocol",
     "EdgeWebSocketProtocol",
-    "fast_handshake_available",
+    "contract",
     "local_addr",
-    "server_protocols",
 ]

@@ -1,4 +1,4 @@
-"""edge.protocols: uvicorn with the edge's protocols answers every handshake as stock uvicorn
+"""edge.fastpath.protocols: uvicorn with the edge's protocols answers every handshake as stock uvicorn
 does, byte for byte, and a socket opened on the fast path is websockets' afterwards."""
 
 from __future__ import annotations
@@ -17,12 +17,8 @@ from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIO
 from uvicorn.server import ServerState
 from websockets.asyncio.client import connect
 
-from edge.protocols import (
-    EdgeHttpProtocol,
-    EdgeWebSocketProtocol,
-    fast_handshake_available,
-    server_protocols,
-)
+from edge.fastpath import server_protocols
+from edge.fastpath.protocols import EdgeHttpProtocol, EdgeWebSocketProtocol, contract
 from edge.server import EmbeddedServer
 from tests.harness.processes import free_port
 
@@ -210,13 +206,13 @@ async def test_the_edges_protocols_are_uvicorns_with_the_same_state() -> None:
 
 def test_the_installed_uvicorn_is_one_the_fast_handshake_was_verified_on() -> None:
     # A new uvicorn release: rerun this file against it, then add it to VERIFIED_UVICORN.
-    assert fast_handshake_available(), f"uvicorn {uvicorn.__version__} is not verified"
+    assert contract() is None, f"uvicorn {uvicorn.__version__}: {contract()}"
 
 
-def test_an_unverified_uvicorn_gets_its_own_stock_protocols() -> None:
-    assert not fast_handshake_available("0.56.0")
-    assert not fast_handshake_available("1.0.0")
-    assert fast_handshake_available("0.55.0")
+def test_an_unverified_uvicorn_release_fails_the_contract() -> None:
+    assert "0.56.0 is not a verified release" in str(contract("0.56.0"))
+    assert contract("1.0.0") is not None
+    assert contract("0.55.0") is None
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
@@ -225,7 +221,7 @@ def test_the_local_address_is_the_one_uvicorn_would_read(host: str, loop_kind: s
     import uvloop
     from uvicorn.protocols.utils import get_local_addr
 
-    from edge.protocols import local_addr
+    from edge.fastpath.protocols import local_addr
 
     async def both() -> tuple[Any, Any]:
         made: asyncio.Future[asyncio.Transport] = asyncio.get_running_loop().create_future()

@@ -14,7 +14,7 @@ subprotocol offer. For that request websockets would accept, and its answer is f
 repeated or oversized header, a subprotocol, a body, another method) returns None and goes
 through websockets' own parser and checks unchanged: this module never decides a
 rejection, so every error response stays websockets'. Pure functions; the I/O is in
-``edge.protocols``.
+``edge.fastpath.protocols``.
 """
 
 from __future__ import annotations

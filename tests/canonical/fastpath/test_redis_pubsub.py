@@ -1,4 +1,4 @@
-"""The pub/sub connection that dispatches messages as it parses them (canonical.redis_pubsub),
+"""The pub/sub connection that dispatches messages as it parses them (canonical.fastpath.redis_pubsub),
 against a real redis-server, and a silent peer."""
 
 from __future__ import annotations
@@ -13,14 +13,13 @@ import pytest
 import redis.asyncio as aioredis
 
 from canonical.errors import BusUnavailable
-from canonical.redis_mux import Endpoint
-from canonical.redis_pubsub import hold, open_subscriber, silence_verdict
+from canonical.fastpath.redis_mux import Endpoint
+from canonical.fastpath.redis_pubsub import hold, open_subscriber, silence_verdict
 from canonical.redis_timeouts import RedisTimeouts
+from tests.canonical.test_bus_contract import unique
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.proc import ManagedProcess, port_is_open
 from tests.harness.processes import RedisServer
-
-from .test_bus_contract import unique
 
 
 async def _eventually(predicate: Callable[[], bool], timeout: float = 5.0) -> None:

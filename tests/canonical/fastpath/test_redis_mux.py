@@ -1,4 +1,4 @@
-"""The auto-pipelined Redis connection (canonical.redis_mux) against a real redis-server."""
+"""The auto-pipelined Redis connection (canonical.fastpath.redis_mux) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ import uvloop
 from redis.exceptions import ResponseError
 
 from canonical.errors import BusUnavailable
-from canonical.redis_mux import RedisMux, watchdog_verdict
+from canonical.fastpath.redis_mux import RedisMux, watchdog_verdict
 from canonical.redis_timeouts import RedisTimeouts
+from tests.canonical.test_bus_contract import unique
 from tests.harness.certs import self_signed
 from tests.harness.fixtures import REDIS_PASSWORD
 from tests.harness.proc import ManagedProcess, free_port, port_is_open
 from tests.harness.processes import RedisServer
-
-from .test_bus_contract import unique
 
 # Holds the server busy for ~0.3 s (redis' DEBUG SLEEP is off by default).
 _BUSY_LUA = (

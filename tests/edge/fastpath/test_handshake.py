@@ -1,4 +1,4 @@
-"""edge.handshake: the fast path says yes only where websockets would accept, with its key."""
+"""edge.fastpath.handshake: the fast path says yes only where websockets would accept, with its key."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 from websockets.utils import accept_key
 
-from edge.handshake import accept_value, plain_upgrade_accept, switching_protocols
+from edge.fastpath.handshake import accept_value, plain_upgrade_accept, switching_protocols
 
 Headers = list[tuple[bytes, bytes]]
 
