@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from canonical.client import DeviceClient
 from canonical.protocol import MAX_FRAME_BYTES, MAX_TEXT_CHARS
 from edge.errors import (
     CLOSE_AUTH_TIMEOUT,
@@ -17,6 +16,7 @@ from edge.errors import (
 )
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, iris_send
+from tests.harness.device import DeviceClient
 
 
 @pytest.fixture

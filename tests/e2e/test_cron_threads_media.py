@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from canonical.client import DeviceClient
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, iris_send
 from tests.e2e.test_channels import _hermes, _job_id
+from tests.harness.device import DeviceClient
 
 Json = dict[str, Any]
 HOME = "android:default"

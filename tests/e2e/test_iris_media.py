@@ -20,12 +20,12 @@ import pytest
 import websockets
 
 from canonical.attachments import CHUNK_MAX_BYTES, PULL_HEADER
-from canonical.client import DeviceClient
 from edge.media import MAX_UNFINISHED_UPLOADS
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import frames_of_run, iris_send
 from tests.e2e.test_attachments import stored_files
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import EdgeProcess, HermesGateway, RedisServer
 
@@ -47,7 +47,9 @@ class MediaClient(DeviceClient):
                 if isinstance(raw, bytes):
                     self.binary.append(raw)
                 else:
-                    self.frames.append(json.loads(raw))
+                    frame = json.loads(raw)
+                    self.on_frame(frame)
+                    self.frames.append(frame)
                     self.received_at.append(time.monotonic())
                 self._new.set()
         except websockets.ConnectionClosed:

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from canonical.client import DeviceClient
 from hdgctl import home as homes
 from tests.e2e.flows import default_conversation, iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.proc import REPO_ROOT, ManagedProcess, free_port, http_ok, scrubbed_environ
 from tests.harness.processes import RedisServer
 
