@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from .frames import (
@@ -20,7 +20,6 @@ from .frames import (
     Cursor,
     DecisionStatus,
     Pong,
-    ProviderModels,
     ReasoningEffort,
     RequestId,
     RunStatus,
@@ -249,6 +248,19 @@ class PickerClarify(Sequenced):
     ts: Timestamp
 
 
+@with_config(ConfigDict(extra="allow"))
+class PickerProvider(TypedDict):
+    """A row of Hermes' model picker as Hermes built it: these fields, and metadata
+    whose set varies with Hermes' version and the provider (`source`, `is_user_defined`,
+    `api_url`, `authenticated`, `auth_type`, `warning`, ...)."""
+
+    slug: str
+    name: str
+    is_current: bool
+    models: list[str]
+    total_models: int
+
+
 @closed
 class PickerModel(Sequenced):
     """Answer with `"<provider slug>:<model id>"` of a pair offered."""
@@ -256,7 +268,7 @@ class PickerModel(Sequenced):
     type: Literal["picker.model"]
     run_id: str | None
     picker_id: str
-    providers: list[ProviderModels]
+    providers: list[PickerProvider]
     current_model: str
     current_provider: str
     ts: Timestamp
