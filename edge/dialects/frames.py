@@ -1,4 +1,5 @@
-"""Typed shapes both dialects share (see `pheby_frames` and `iris_frames`).
+"""Typed shapes both dialects share (`pheby_frames`, `pheby_server_frames`, `iris_frames`,
+`iris_server_frames`, `iris_replies`).
 
 Only types: the codecs keep building plain dicts (nothing here runs on the fan-out path);
 mypy checks code annotated with these, and `edge.dialects.schema` turns them into the

@@ -15,13 +15,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from . import iris_frames, iris_server_frames, pheby_frames
+from . import iris_frames, iris_server_frames, pheby_frames, pheby_server_frames
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "docs" / "protocol" / "schema"
 UNIONS: dict[tuple[str, str], Any] = {
     ("pheby", "client"): pheby_frames.ClientFrame,
-    ("pheby", "server"): pheby_frames.ServerFrame,
+    ("pheby", "server"): pheby_server_frames.ServerFrame,
     ("iris", "client"): iris_frames.ClientFrame,
     ("iris", "server"): iris_server_frames.ServerFrame,
 }
