@@ -8,9 +8,9 @@ from it (`python -m edge.dialects.schema`). Fields are exactly those the codec
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import Field
+from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from canonical.attachments import CHUNK_MAX_BYTES, MAX_PER_MESSAGE
@@ -40,7 +40,7 @@ ChatId = Annotated[str, Field(min_length=1, max_length=128)]
 ThreadId = Annotated[str, Field(max_length=64)]
 MessageId = Annotated[str, Field(min_length=1, max_length=160)]
 HexId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
-ChannelName = Annotated[str, Field(min_length=1, max_length=100)]
+ChannelName = Annotated[str, Field(min_length=1, max_length=100, pattern=r"\S")]
 AdminToken = Annotated[str, Field(max_length=512)]
 
 
@@ -60,7 +60,16 @@ class Hello(TypedDict):
     request_id: NotRequired[RequestId]
 
 
-@closed
+# `text` is required and not blank, except in a send of files alone (`media_refs`).
+_TEXT_OR_FILES: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["text"], "properties": {"text": {"type": "string", "pattern": r"\S"}}},
+        {"required": ["media_refs"], "properties": {"media_refs": {"minItems": 1}}},
+    ]
+}
+
+
+@with_config(ConfigDict(extra="forbid", json_schema_extra=_TEXT_OR_FILES))
 class MessageSend(TypedDict):
     """`text` is required and not blank, except in a send of files alone (`media_refs`)."""
 

@@ -277,6 +277,8 @@ async def test_bad_uploads_are_refused_with_clear_codes(
     nowhere = await client.request({**start, "chat_id": "android:nope"})
     assert nowhere["type"] == "error" and nowhere["error"]["code"] == "not_found"
     live = await client.request({**start, "sha256": hashlib.sha256(data).hexdigest()})
+    # As base64 this is as long as a full chunk (the schema's bound): the edge refuses it
+    # once decoded.
     oversize = await client.request(chunk(live["upload_id"], 0, b"\0" * (CHUNK_MAX_BYTES + 1)))
     assert oversize["type"] == "error" and oversize["error"]["code"] == "bad_request"
     elsewhere = await client.request(
@@ -292,7 +294,8 @@ async def test_bad_uploads_are_refused_with_clear_codes(
         MAX_UNFINISHED_UPLOADS - 1
     )
     assert started[-1]["type"] == "error" and started[-1]["error"]["code"] == "rate_limited"
-    bad_hash = await client.request({**start, "sha256": "xyz"})
+    with client.off_schema():
+        bad_hash = await client.request({**start, "sha256": "xyz"})
     assert bad_hash["type"] == "error" and bad_hash["error"]["code"] == "bad_request"
     unknown = await client.request({"type": "media.pull", "media_id": uuid.uuid4().hex})
     assert unknown["type"] == "error" and unknown["error"]["code"] == "not_found"

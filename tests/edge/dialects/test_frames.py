@@ -122,3 +122,13 @@ def test_a_mismatch_names_the_frame_type_and_the_field_at_fault() -> None:
     assert extra is not None and "Additional properties are not allowed" in extra
     unknown = problem("iris", "server", {"type": "no.such"})
     assert unknown is not None and "'no.such' is not in the schema" in unknown
+
+
+def test_an_iris_send_needs_text_that_is_not_blank_unless_it_carries_files() -> None:
+    send = {"type": "message.send", "chat_id": "android:default", "client_id": "c1"}
+    assert problem("iris", "client", {**send, "text": "hi"}) is None
+    assert problem("iris", "client", {**send, "media_refs": ["a" * 32]}) is None
+    assert problem("iris", "client", {**send, "text": " ", "media_refs": ["a" * 32]}) is None
+    assert problem("iris", "client", {**send, "text": "  "}) is not None
+    assert problem("iris", "client", {**send, "media_refs": []}) is not None
+    assert problem("iris", "client", send) is not None
