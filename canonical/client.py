@@ -39,7 +39,11 @@ class DeviceClient:
         assert self.ws is not None
         try:
             async for raw in self.ws:
+                if isinstance(raw, bytes):  # media.pull data: not a JSON frame
+                    self.on_binary(raw)
+                    continue
                 frame = json.loads(raw)
+                self.on_frame(frame)
                 # hello.ack's sync_cursor is where a fresh device starts; events carry cursor.
                 cursor = (
                     frame.get("cursor")
@@ -56,6 +60,14 @@ class DeviceClient:
         finally:
             self.closed_code = self.ws.close_code
             self._new.set()
+
+    def on_frame(self, frame: Json) -> None:
+        """Called with every frame received, before it is collected (a subclass may
+        check it)."""
+
+    def on_binary(self, data: bytes) -> None:
+        """Called with every binary frame received (not collected: a subclass may keep
+        it)."""
 
     async def send(self, frame: Json) -> None:
         assert self.ws is not None

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from canonical.client import DeviceClient
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import EdgeProcess, HermesGateway, RedisServer, free_port, http_ok
 
@@ -42,8 +42,15 @@ class Deployment:
         return client
 
     async def close_clients(self) -> None:
+        """Close every client, then fail if any saw a frame off the schema."""
+        failures: list[AssertionError] = []
         for client in self.clients:
-            await client.close()
+            try:
+                await client.close()
+            except AssertionError as failure:
+                failures.append(failure)
+        if failures:
+            raise failures[0]
 
 
 def platform_connected(gateway: HermesGateway) -> Callable[[], bool]:

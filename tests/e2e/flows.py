@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from canonical.client import DeviceClient
+from tests.harness.device import DeviceClient
 
 Json = dict[str, Any]
 

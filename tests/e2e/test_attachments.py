@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from canonical.client import DeviceClient
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, pheby_run
+from tests.harness.device import DeviceClient
 from tests.harness.services import ScriptedModel
 
 Json = dict[str, Any]

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from canonical.client import DeviceClient
 from canonical.protocol import MAX_FRAME_BYTES, MAX_TEXT_CHARS
 from edge.errors import (
     CLOSE_AUTH_TIMEOUT,
@@ -17,6 +16,7 @@ from edge.errors import (
 )
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, iris_send
+from tests.harness.device import DeviceClient
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ async def test_a_wrong_token_is_unauthorized_and_closed(deployment: Deployment) 
 
 async def test_a_wrong_protocol_version_is_a_version_mismatch(deployment: Deployment) -> None:
     client = await deployment.client()
-    await client.send({"type": "hello", "secret": deployment.token, "protocol_version": 2})
+    with client.off_schema():
+        await client.send({"type": "hello", "secret": deployment.token, "protocol_version": 2})
     assert (await client.wait_type("error"))["error"]["code"] == "version_mismatch"
     assert await client.wait_closed() == CLOSE_VERSION_MISMATCH
 
@@ -108,16 +109,17 @@ async def test_garbage_oversize_overlong_and_unknown_frames_get_errors_and_the_c
             "request_id": "long",
         }
     start = len(client.frames)
-    await client.send(long_send)
-    error = await client.wait_type("error", start=start)
+    with client.off_schema():
+        await client.send(long_send)
+        error = await client.wait_type("error", start=start)
+        unknown = await client.request({"type": "no.such.frame"})
+        bad_field = await client.request(
+            {"type": "conversation.open", "conversation_id": 42}
+            if dialect == "pheby"
+            else {"type": "sync", "cursor": "x"}
+        )
     assert error["error"]["code"] == "too_large" and error["request_id"] == "long"
-    unknown = await client.request({"type": "no.such.frame"})
     assert unknown["type"] == "error" and unknown["error"]["code"] == "unknown_type"
-    bad_field = await client.request(
-        {"type": "conversation.open", "conversation_id": 42}
-        if dialect == "pheby"
-        else {"type": "sync", "cursor": "x"}
-    )
     assert bad_field["error"]["code"] == "bad_request"
     pong = await client.request({"type": "ping"})
     assert pong["type"] == "pong"
@@ -165,7 +167,8 @@ async def test_a_lone_surrogate_escape_is_invalid_json_and_an_escaped_pair_is_te
 ) -> None:
     client = await (deployment.pheby() if dialect == "pheby" else deployment.iris("p3"))
     # json.dumps escapes non-ASCII: "\ud800" goes out as that escape, 😀 as a pair of them.
-    lone = await client.request({"type": "ping", "note": "half of a pair: \ud800"})
+    with client.off_schema():  # a field no ping has, carrying the lone surrogate
+        lone = await client.request({"type": "ping", "note": "half of a pair: \ud800"})
     assert lone["type"] == "error" and lone["error"]["code"] == "invalid_json"
     if dialect == "iris":
         send = {"type": "message.send", "chat_id": "android:default", "client_id": "s1"}
@@ -174,7 +177,8 @@ async def test_a_lone_surrogate_escape_is_invalid_json_and_an_escaped_pair_is_te
         assert (await iris_send(client, "android:default", "a whole one: 😀"))["type"] == (
             "message.ack"
         )
-    pong = await client.request({"type": "ping", "note": "😀"})
+    with client.off_schema():  # no ping has a note: the server ignores it
+        pong = await client.request({"type": "ping", "note": "😀"})
     assert pong["type"] == "pong"
 
 
@@ -194,7 +198,12 @@ async def test_a_hello_cursor_that_is_not_a_cursor_is_a_bad_request(
     for cursor in (2.0, "2", True, -1, 2**63):
         client = await deployment.client()
         hello = {"type": "hello", "token": deployment.token, "device_id": "p5", "version": 1}
-        await client.send({**hello, "cursor": cursor})
+        if cursor == 2.0 and isinstance(cursor, float):
+            # JSON Schema counts 2.0 an integer; the server, stricter, refuses it.
+            await client.send({**hello, "cursor": cursor})
+        else:
+            with client.off_schema():
+                await client.send({**hello, "cursor": cursor})
         assert (await client.wait_type("error"))["error"]["code"] == "bad_request", cursor
         assert await client.wait_closed() == CLOSE_UNAUTHORIZED
 
@@ -225,12 +234,18 @@ async def test_hello_fields_of_the_wrong_type_are_refused_not_coerced(
         ({**iris, "fcm_token": ["t"]}, "bad_request"),
     ):
         client = await deployment.client()
-        await client.send(hello)
+        if isinstance(hello.get("protocol_version"), float):
+            # JSON Schema holds 1.0 equal to 1; the server, stricter, refuses it.
+            await client.send(hello)
+        else:
+            with client.off_schema():
+                await client.send(hello)
         assert (await client.wait_type("error"))["error"]["code"] == code, hello
         assert await client.wait_closed() in (CLOSE_UNAUTHORIZED, CLOSE_VERSION_MISMATCH)
     client = await deployment.pheby()
     long_id = "r" * 257
-    await client.send({"type": "ping", "request_id": long_id})
+    with client.off_schema():
+        await client.send({"type": "ping", "request_id": long_id})
     refused = await client.wait_type("error")
     assert refused["error"]["code"] == "bad_request" and refused.get("request_id") is None
 

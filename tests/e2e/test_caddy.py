@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from canonical.client import DeviceClient
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, iris_send
 from tests.harness.caddy import CADDYFILE, CaddyProxy, caddy_binary
+from tests.harness.device import DeviceClient
 from tests.harness.processes import RedisServer
 
 pytestmark = pytest.mark.timeout(240)

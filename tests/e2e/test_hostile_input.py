@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from canonical.client import DeviceClient
 from canonical.protocol import LOCKOUT_FAILURES
 from edge.attachments import MAX_UPLOADS_AT_ONCE
 from edge.errors import CLOSE_LOCKED_OUT, CLOSE_UNAUTHORIZED
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_gateway import HermesGateway
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import free_port, http_ok

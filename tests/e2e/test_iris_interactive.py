@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from canonical.client import DeviceClient
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
+from tests.harness.device import DeviceClient
 
 Json = dict[str, Any]
 

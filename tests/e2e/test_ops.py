@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from canonical.client import DeviceClient
 from canonical.pairing import parse_pairing
 from edge.errors import CLOSE_GOING_AWAY, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
 from gateway_plugin.hermes.setup_flow import home_pairing
 from hdgctl.ops import devices_list, devices_revoke, resolve_target, token_rotate
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import (
     HermesGateway,

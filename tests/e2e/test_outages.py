@@ -7,11 +7,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from canonical.client import DeviceClient
 from edge.errors import CLOSE_SERVICE_RESTART
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import default_conversation, pheby_run
 from tests.e2e.outbox_check import outbox_events
+from tests.harness.device import DeviceClient
 from tests.harness.processes import RedisServer, ScriptedModel, http_ok
 
 Json = dict[str, Any]

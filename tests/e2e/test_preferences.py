@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from canonical.client import DeviceClient
 from scripted_model import MODEL_IDS
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, ScriptedModel, free_port, http_ok
 

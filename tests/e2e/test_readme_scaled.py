@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from canonical import hermes_home as homes
-from canonical.client import DeviceClient
 from tests.e2e.flows import default_conversation, iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.proc import REPO_ROOT, ManagedProcess, free_port, http_ok, scrubbed_environ
 from tests.harness.processes import RedisServer
 

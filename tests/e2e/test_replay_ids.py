@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from canonical.client import DeviceClient
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run
+from tests.harness.device import DeviceClient
 
 Json = dict[str, Any]
 DEFAULT = "android:default"

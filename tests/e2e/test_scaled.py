@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from canonical.client import DeviceClient
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import (
     IRIS_RUN_ORDER,
@@ -17,6 +16,7 @@ from tests.e2e.flows import (
     frames_of_run,
     pheby_run,
 )
+from tests.harness.device import DeviceClient
 
 
 def _strip_volatile(frames: list[dict]) -> list[tuple]:

@@ -7,7 +7,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from canonical.client import DeviceClient
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, free_port, http_ok
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from canonical.client import DeviceClient
 from canonical.envfile import read_env_file
 from edge.errors import CLOSE_UNAUTHORIZED
 from gateway_plugin.access.admin import load_admin_token
 from hdgctl.ops import devices_list, resolve_target
 from tests.e2e.conftest import Deployment, platform_connected
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, free_port, http_ok
 

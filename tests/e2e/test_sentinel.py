@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import redis
 
-from canonical.client import DeviceClient
 from canonical.redis_timeouts import RedisTimeouts
 from canonical.sentinel import close_primary_client
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import frames_of_run, iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.proc import REPO_ROOT
 from tests.harness.processes import (

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import websockets
 
-from canonical.client import DeviceClient
 from hdgctl.ops import devices_list, resolve_target
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import iris_send
 from tests.harness.certs import self_signed
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, free_port, scrubbed_environ
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from canonical.client import DeviceClient
 from scripted_model.scenarios import NARRATE_FINAL_TEXT, NARRATION_TEXT, REASONING_CHUNKS
 from tests.e2e.flows import frames_of_run, iris_send, pheby_run
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, ScriptedModel, free_port, http_ok
 

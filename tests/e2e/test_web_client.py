@@ -23,10 +23,10 @@ import pytest_asyncio
 from PIL import Image
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
-from canonical.client import DeviceClient
 from scripted_model.scenarios import CLARIFY_QUESTION, TOOL_FINAL_TEXT
 from tests.e2e.conftest import platform_connected
 from tests.e2e.flows import frames_of_run, iris_send
+from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import (
     REPO_ROOT,
