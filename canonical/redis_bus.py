@@ -16,7 +16,6 @@ import functools
 import hmac
 import json
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +25,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .backoff import Attempts
 from .bus import (
     CONSUMER_GROUP,
     LOCKOUT_INDEX,
@@ -104,7 +104,7 @@ class _RedisSubscription(Subscription):
         ]
 
     async def _run(self) -> None:
-        delay = 0.1
+        attempts = Attempts()
         first = True
         while not self._closed:
             wire: SubscriberWire | None = None
@@ -126,7 +126,7 @@ class _RedisSubscription(Subscription):
                 self._bus.tenants.attach(self)
                 self._bus.lockouts.attach(self, failing)
                 self._ready.set()
-                delay = 0.1
+                attempts.succeeded()
                 if not first and self._on_reconnect is not None:
                     self._on_reconnect()
                 first = False
@@ -139,9 +139,9 @@ class _RedisSubscription(Subscription):
                 self._bus.tenants.detach(self)
                 self._bus.lockouts.detach(self)
                 self._wire = None
+                delay = attempts.next_delay()
                 log.warning("bus subscription lost (%s); reconnecting in %.1fs", exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(delay)
             finally:
                 if wire is not None:
                     wire.close()
