@@ -16,17 +16,20 @@ log = logging.getLogger("test.tasks")
 def test_a_task_nobody_else_holds_runs_to_its_end() -> None:
     done: list[str] = []
 
-    async def job() -> None:
+    async def job(finished: asyncio.Event) -> None:
         await asyncio.sleep(0.01)
         gc.collect()
         await asyncio.sleep(0.01)
         done.append("done")
+        finished.set()
 
     async def scenario() -> None:
         tasks = TaskSet(log)
-        tasks.spawn(job(), name="job")
+        finished = asyncio.Event()
+        tasks.spawn(job(finished), name="job")
         assert len(tasks) == 1
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(finished.wait(), 30)
+        await asyncio.sleep(0)  # its done callback
         assert len(tasks) == 0
 
     asyncio.run(scenario())
