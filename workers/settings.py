@@ -29,8 +29,6 @@ stops import with a :class:`~workers.errors.ConfigError` naming it.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from typing import Any
 
 from arq import cron, func
@@ -38,7 +36,6 @@ from arq.connections import RedisSettings
 
 from canonical.sentinel import is_sentinel_url, parse_sentinel_url
 
-from .cancel import insist_on_cancel
 from .config import WorkerConfig, load_config
 from .context import RESOURCES_KEY, build_resources, resources
 from .errors import ConfigError
@@ -54,9 +51,6 @@ __all__ = [
     "queue_settings",
     "redis_settings",
 ]
-
-log = logging.getLogger(__name__)
-_STOP_WATCH_KEY = "hdg_stop_watch"
 
 
 def redis_settings(config: WorkerConfig) -> RedisSettings:
@@ -102,18 +96,9 @@ def _start_metrics(config: WorkerConfig) -> None:
 async def _on_startup(ctx: dict[str, Any]) -> None:
     ctx[RESOURCES_KEY] = build_resources(CONFIG, redis=ctx["redis"])
     _start_metrics(CONFIG)
-    # on_startup runs in arq's main task: the task its stop cancels (workers/cancel.py).
-    main_task = asyncio.current_task()
-    if main_task is not None:
-        ctx[_STOP_WATCH_KEY] = asyncio.create_task(
-            insist_on_cancel(main_task), name="arq:stop-watch"
-        )
 
 
 async def _on_shutdown(ctx: dict[str, Any]) -> None:
-    watch = ctx.pop(_STOP_WATCH_KEY, None)
-    if isinstance(watch, asyncio.Task):
-        watch.cancel()
     if RESOURCES_KEY in ctx:
         await resources(ctx).aclose()
 
