@@ -351,7 +351,8 @@ async def orchestrate(options: argparse.Namespace) -> None:
             script,
             *(["--workers", str(workers)] if workers > 1 else []),
             cpu=CPU_SERVER if workers == 1 else None,
-            processes=workers + 1 if workers > 1 else 1,  # the supervisor and its workers
+            # uvicorn's manager, its workers and multiprocessing's resource tracker
+            processes=workers + 2 if workers > 1 else 1,
         )
         try:
             runs.append(

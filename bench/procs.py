@@ -108,7 +108,7 @@ class Edge:
         if os.environ.get("BENCH_CPROFILE_DIR"):
             argv = [PYTHON, str(REPO / "bench" / "cprofile_edge.py")]
             env["BENCH_CPROFILE_DIR"] = os.environ["BENCH_CPROFILE_DIR"]
-        # Several workers (edge/supervisor.py) get every core: pinned, they would share one.
+        # Several workers (edge/workers.py, uvicorn's process manager) get every core: pinned, they would share one.
         cpu = CPU_SERVER if workers == 1 else None
         self.workers = workers
         self.proc = spawn(f"edge-{self.port}", argv, cpu=cpu, env=env, cwd=CODE)
@@ -118,7 +118,7 @@ class Edge:
             return http_ok(f"http://{LOOPBACK}:{self.port}/healthz")
         # Every worker logs "edge <id> listening on ..." once it serves (appended log).
         log = self.proc.log_path.read_text(encoding="utf-8", errors="replace")
-        return log.count(" listening on ") >= self.workers + 1  # + the supervisor's line
+        return log.count(" listening on ") >= self.workers + 1  # + the manager's line
 
     def wait(self, timeout: float = 30.0) -> Edge:
         self.proc.wait_until(self._all_listening, timeout, interval=0.05)

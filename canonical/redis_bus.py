@@ -18,13 +18,13 @@ import functools
 import hmac
 import json
 import logging
-import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from .backoff import Attempts
 from .bus import (
     CONSUMER_GROUP,
     LOCKOUT_INDEX,
@@ -114,7 +114,7 @@ class _RedisSubscription(Subscription):
         ]
 
     async def _run(self) -> None:
-        delay = 0.1
+        attempts = Attempts()
         first = True
         while not self._closed:
             wire: SubscriberWire | StockSubscriber | None = None
@@ -136,7 +136,7 @@ class _RedisSubscription(Subscription):
                 self._bus.tenants.attach(self)
                 self._bus.lockouts.attach(self, failing)
                 self._ready.set()
-                delay = 0.1
+                attempts.succeeded()
                 if not first and self._on_reconnect is not None:
                     self._on_reconnect()
                 first = False
@@ -149,9 +149,9 @@ class _RedisSubscription(Subscription):
                 self._bus.tenants.detach(self)
                 self._bus.lockouts.detach(self)
                 self._wire = None
+                delay = attempts.next_delay()
                 log.warning("bus subscription lost (%s); reconnecting in %.1fs", exc, delay)
-                await asyncio.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(delay)
             finally:
                 if wire is not None:
                     wire.close()

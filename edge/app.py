@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.websockets import WebSocket
 from canonical.bus import Bus
 from canonical.protocol import new_id
 
-from . import metrics, web, worker_metrics
+from . import metrics, web
 from .attachments import AttachmentStore
 from .attachments import routes as attachment_routes
 from .errors import CLOSE_UNAVAILABLE
@@ -158,7 +159,19 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
+@dataclass(frozen=True)
+class WorkerParts:
+    """What one of several workers adds to its app (edge/workers.py): every worker's
+    metrics in its scrape, and its lifespan's extra duties."""
+
+    shared: metrics.SharedFigures
+    metrics_dir: str
+    lifespan: Callable[[EdgeState], contextlib.AbstractAsyncContextManager[None]]
+
+
+def build_app(
+    state: EdgeState, *, own_bus: bool = False, worker: WorkerParts | None = None
+) -> EdgeApp:
 
     async def healthz(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
@@ -172,18 +185,13 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
         }
         return JSONResponse(body, status_code=200 if bus_ok else 503)
 
-    workers = worker_metrics.from_environment(metrics.render)
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.hub.start()
-        if workers is not None:
-            workers.start()
         try:
-            yield
+            async with worker.lifespan(state) if worker is not None else contextlib.nullcontext():
+                yield
         finally:
-            if workers is not None:
-                await workers.stop()
             for conn in list(state.hub.conns.values()):
                 conn.request_close(1001)
             await state.hub.stop()
@@ -194,7 +202,14 @@ def build_app(state: EdgeState, *, own_bus: bool = False) -> EdgeApp:
         routes=[
             Route("/healthz", healthz),
             Route("/readyz", readyz),
-            Route("/metrics", metrics.endpoint(state, workers)),
+            Route(
+                "/metrics",
+                metrics.endpoint(
+                    state,
+                    worker.shared if worker is not None else None,
+                    worker.metrics_dir if worker is not None else None,
+                ),
+            ),
             *attachment_routes(state.attachments),
             *web.routes(),
         ],

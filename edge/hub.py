@@ -7,17 +7,18 @@ devices. The handler is synchronous: it only queues frames on connections.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from canonical.backoff import retrying
 from canonical.bus import Bus, Subscription, direct_envelopes
 from canonical.jsonenc import dumps
 from canonical.model import Json
 from canonical.protocol import CLOSE, REPLAY, REPLY, new_id, now_iso
+from canonical.tasks import TaskSet
 
 from . import metrics
 from .connection import Connection
@@ -40,6 +41,9 @@ PRESENCE_REFRESH_S = 20.0
 # A replay (hello, sync, resync) that has not moved for this long lost its reply.
 REPLAY_STALL_S = 60.0
 REQUEST_TIMEOUT_S = 15.0
+# How long a resync request is retried while the bus is down before the device is told
+# to reconnect (it resumes from its cursor then).
+RESYNC_GIVE_UP_S = 60.0
 
 DIALECTS: dict[str, Dialect] = {"pheby": PhebyDialect(), "iris": IrisDialect()}
 
@@ -57,7 +61,8 @@ class Hub:
         self._sub: Subscription | None = None
         self.frames_in = 0
         self.events_in = 0
-        self._presence_task: asyncio.Task[None] | None = None
+        # Presence refresh, resync requests, replay pacing: held, logged, ended at stop.
+        self.tasks = TaskSet(log)
         # Requests from this edge's own handlers (HTTP, media frames): pseudo connection
         # id → the future its direct reply resolves.
         self._requests: dict[str, asyncio.Future[Json]] = {}
@@ -67,13 +72,10 @@ class Hub:
     async def start(self) -> None:
         self._sub = self.bus.subscription(self.edge_id, self._on_bus, self._on_bus_reconnect)
         await self._sub.start()
-        self._presence_task = asyncio.create_task(self._refresh_presence(), name="hdg-presence")
+        self.tasks.spawn(self._refresh_presence(), name="hdg-presence")
 
     async def stop(self) -> None:
-        if self._presence_task is not None:
-            self._presence_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._presence_task
+        await self.tasks.close()
         if self._sub is not None:
             await self._sub.close()
 
@@ -164,7 +166,7 @@ class Hub:
                 frame = conn.dialect.encode_event(event)
                 encoded[name] = OutFrame(encode(frame)) if frame is not None else None
             if conn.offer_event(event, encoded[name]):
-                asyncio.get_running_loop().create_task(self._resync(conn))
+                self.tasks.spawn(self._resync(conn), name="hdg-resync")
 
     def _control(self, conns: dict[str, Connection], event: Json) -> None:
         action = event.get("action")
@@ -263,9 +265,9 @@ class Hub:
         metrics.replayed(len(events), done=not body.get("more"))
         if body.get("more"):
             conn.replay_chunk(events)
-            asyncio.get_running_loop().create_task(self._next_chunk(conn))
+            self.tasks.spawn(self._next_chunk(conn), name="hdg-replay-chunk")
         elif conn.finish_replay(events):
-            asyncio.get_running_loop().create_task(self._resync(conn))
+            self.tasks.spawn(self._resync(conn), name="hdg-resync")
 
     def _on_bus_reconnect(self) -> None:
         """The doorbell was down: every device catches up."""
@@ -281,7 +283,7 @@ class Hub:
             else:
                 # Even a connection already replaying: its replay may have been lost.
                 conn.begin_replay()
-                asyncio.get_running_loop().create_task(self._resync(conn))
+                self.tasks.spawn(self._resync(conn), name="hdg-resync")
 
     async def _next_chunk(self, conn: Connection) -> None:
         """Pull the next replay chunk once this device has taken most of the last one."""
@@ -302,11 +304,20 @@ class Hub:
             "args": {"cursor": conn.last_cursor},
             "internal": True,
         }
-        for attempt in range(50):
-            try:
-                await self.bus.submit(conn.tenant, command)
-                return
-            except Exception:
-                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+        try:
+            # Any error: the bus down, or an error reply (out of memory) the next try may pass.
+            async for attempt in retrying(Exception, give_up_after_s=RESYNC_GIVE_UP_S):
+                with attempt:
+                    if conn.closed:
+                        return
+                    await self.bus.submit(conn.tenant, command)
+            return
+        except Exception as exc:
+            log.warning(
+                "resync of conn %s not sent for %.0f s (%s); closing it to resume",
+                conn.id,
+                RESYNC_GIVE_UP_S,
+                type(exc).__name__,
+            )
         if conn.finish_replay([]):  # events are missing: the device resumes by reconnecting
             conn.request_close(CLOSE_UNAVAILABLE)

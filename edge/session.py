@@ -213,8 +213,10 @@ class DeviceSession:
         try:
             await self._send_now(DIALECTS["pheby"].error_frame("unavailable", BUS_UNREACHABLE))
             await self.ws.close(CLOSE_UNAVAILABLE)
-        except Exception:
-            pass
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            # The device left first (uvicorn's ClientDisconnected is an OSError; Starlette
+            # refuses a send after the close with RuntimeError): nobody left to tell.
+            log.debug("could not tell the device the bus is unavailable: %s", type(exc).__name__)
 
     async def _fail_hello(
         self, dialect: str, code: str, message: str, close: int, request_id: Any = None

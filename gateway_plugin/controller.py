@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from canonical.backoff import Attempts
 from canonical.bus import Bus, direct_batches, direct_envelope
 from canonical.errors import BusUnavailable
 from canonical.jsonenc import dumps
@@ -327,17 +328,15 @@ class Controller:
             )
 
     async def _repair_doorbell(self) -> None:
-        backoff = 0.1
+        attempts = Attempts()
         while True:
-            await asyncio.sleep(backoff)
+            await asyncio.sleep(attempts.next_delay())
             try:
                 await self.bus.publish(self.tenant, self._resync_notice())
             except BusUnavailable:
-                backoff = min(backoff * 2, 5.0)
                 continue
             except Exception:  # an error reply (out of memory...): the next try may pass
                 log.exception("telling the edges to resync failed; retrying")
-                backoff = min(backoff * 2, 5.0)
                 continue
             self._unpublished = False
             log.info("bus back after lost events: edges told to resync their devices")

@@ -3,8 +3,7 @@
 Never imports Hermes. The public surface:
 
 * :mod:`workers.settings` -- arq settings ``PushWorker``, ``MediaWorker``,
-  ``MaintenanceWorker`` (one queue each) and ``WorkerSettings`` (all three queues in one
-  process): ``arq workers.settings.WorkerSettings``.
+  ``MaintenanceWorker``, one process per queue: ``arq workers.settings.PushWorker``.
 * :mod:`workers.jobs` -- queue names, the job table, ``enqueue_push`` /
   ``enqueue_media`` for producers.
 * Job functions (plain, idempotent coroutines ``f(ctx, payload) -> outcome dict``):

@@ -77,20 +77,19 @@ if __name__ == "__main__":
     )
     options = parser.parse_args()
     raise_nofile()
-    # Several workers: the edge's own supervisor, so only the app differs there too.
-    from edge.supervisor import Supervisor, inherited_sockets, listen_sockets, watch_parent
-
-    socks = inherited_sockets()
-    if socks is None and options.workers > 1:
-        argv = [sys.executable, __file__, "--port", str(options.port)]
-        sys.exit(
-            Supervisor(listen_sockets("127.0.0.1", options.port), options.workers, argv=argv).run()
-        )
-    server = uvicorn.Server(config(options.port))
-    watch_parent(lambda: setattr(server, "should_exit", True))
     # The edge's process settings too (edge/__main__.py), so only the app differs.
     from edge.__main__ import GC_YOUNG_THRESHOLD
 
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    server.run(sockets=socks)
+    if options.workers > 1:
+        # Several workers: uvicorn's process manager on sockets bound as the edge's are.
+        from uvicorn.supervisors import Multiprocess
+
+        from edge.workers import listen_sockets
+
+        floor = config(options.port)
+        floor.app, floor.workers = "bench.peers.uvicorn_floor:app", options.workers
+        Multiprocess(floor, sockets=listen_sockets("127.0.0.1", options.port)).run()
+        sys.exit(0)
+    uvicorn.Server(config(options.port)).run()

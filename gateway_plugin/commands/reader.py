@@ -14,6 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from canonical.backoff import Attempts
 from canonical.errors import BusUnavailable
 from canonical.model import Json
 from canonical.protocol import CLOSE, REPLY, error_body
@@ -97,7 +98,7 @@ class CommandReader:
     async def run(self) -> None:
         c = self.c
         await c.agent.wait_ready()
-        backoff = 0.1
+        attempts = Attempts()
         first = True
         while True:
             try:
@@ -112,14 +113,13 @@ class CommandReader:
                     c.close_stale_runs()
                     continue
                 batch = await c.bus.consume(c.tenant, self.name, 256, 1000)
-                backoff = 0.1
+                attempts.succeeded()
                 await self.handle_batch(batch)
                 linger = linger_after(batch)
                 if linger:
                     await asyncio.sleep(linger)
             except BusUnavailable:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(attempts.next_delay())
                 first = True
                 continue
             except Exception:
@@ -127,8 +127,7 @@ class CommandReader:
                 # is the only reader of device commands, so it must outlive any of them. What
                 # was read and not acked is reclaimed (idempotent) once it works again.
                 log.exception("handling device commands failed; retrying")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await asyncio.sleep(attempts.next_delay())
                 first = True
 
     async def handle_batch(self, batch: list[tuple[str, Json]]) -> None:

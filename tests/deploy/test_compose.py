@@ -50,14 +50,22 @@ def test_the_schema_rejects_a_broken_file(compose: dict[str, Any]) -> None:
         jsonschema.validate(broken, schema, cls=jsonschema.Draft7Validator)
 
 
-def test_the_topology_has_redis_gateway_edges_worker_and_a_proxy(
+WORKERS = {
+    "push-worker": "PushWorker",
+    "media-worker": "MediaWorker",
+    "maintenance-worker": "MaintenanceWorker",
+}
+
+
+def test_the_topology_has_redis_gateway_edges_a_worker_per_queue_and_a_proxy(
     compose: dict[str, Any],
 ) -> None:
-    assert set(compose["services"]) == {"redis", "gateway", "edge", "worker", "caddy"}
+    assert set(compose["services"]) == {"redis", "gateway", "edge", "caddy", *WORKERS}
     assert service(compose, "redis")["image"].startswith("redis:7")
     assert service(compose, "gateway")["command"] == ["hermes", "gateway", "run"]
     assert service(compose, "edge")["command"] == ["python", "-m", "edge"]
-    assert service(compose, "worker")["command"] == ["arq", "workers.settings.WorkerSettings"]
+    for name, settings in WORKERS.items():
+        assert service(compose, name)["command"] == ["arq", f"workers.settings.{settings}"]
     assert service(compose, "caddy")["image"].startswith("caddy:2")
 
 
@@ -88,18 +96,20 @@ def test_every_service_has_a_health_check_and_a_stop_grace_period(
         assert svc.get("healthcheck", {}).get("test"), f"{name} has no health check"
         assert re.fullmatch(r"\d+[smh]", svc.get("stop_grace_period", "")), name
     assert service(compose, "redis")["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
-    assert service(compose, "worker")["healthcheck"]["test"] == [
-        "CMD",
-        "arq",
-        "--check",
-        "workers.settings.WorkerSettings",
-    ]
+    for name, settings in WORKERS.items():
+        assert service(compose, name)["healthcheck"]["test"] == [
+            "CMD",
+            "arq",
+            "--check",
+            f"workers.settings.{settings}",
+        ]
     assert "/readyz" in " ".join(service(compose, "edge")["healthcheck"]["test"])
     assert "gateway_state.json" in " ".join(service(compose, "gateway")["healthcheck"]["test"])
 
 
 def test_services_start_only_after_what_they_need_is_healthy(compose: dict[str, Any]) -> None:
-    needs = {"gateway": {"redis"}, "edge": {"redis"}, "worker": {"redis"}, "caddy": {"edge"}}
+    needs = {"gateway": {"redis"}, "edge": {"redis"}, "caddy": {"edge"}}
+    needs |= dict.fromkeys(WORKERS, {"redis"})
     for name, wanted in needs.items():
         depends = service(compose, name)["depends_on"]
         assert set(depends) == wanted
@@ -107,7 +117,7 @@ def test_services_start_only_after_what_they_need_is_healthy(compose: dict[str, 
 
 
 def test_every_process_shares_the_one_redis_bus(compose: dict[str, Any]) -> None:
-    for name in ("gateway", "edge", "worker"):
+    for name in ("gateway", "edge", *WORKERS):
         assert service(compose, name)["environment"]["ANDROID_BUS_URL"] == "redis://redis:6379/0"
 
 
@@ -118,14 +128,16 @@ def test_the_gateway_keeps_its_home_and_shares_attachments_with_workers(
     assert "hermes-home:/data/hermes" in gateway["volumes"]
     assert gateway["environment"]["HERMES_HOME"] == "/data/hermes"
     assert "attachments:/data/attachments" in gateway["volumes"]
-    assert "attachments:/data/attachments" in service(compose, "worker")["volumes"]
+    for name in WORKERS:
+        assert "attachments:/data/attachments" in service(compose, name)["volumes"]
     assert {"hermes-home", "attachments"} <= set(compose["volumes"])
 
 
 def test_workers_get_twice_the_job_completion_wait_to_stop(compose: dict[str, Any]) -> None:
-    worker = service(compose, "worker")
-    wait = int(worker["environment"]["HDG_JOB_COMPLETION_WAIT"])
-    assert int(worker["stop_grace_period"].rstrip("s")) >= 2 * wait
+    for name in WORKERS:
+        worker = service(compose, name)
+        wait = int(worker["environment"]["HDG_JOB_COMPLETION_WAIT"])
+        assert int(worker["stop_grace_period"].rstrip("s")) >= 2 * wait
 
 
 def test_the_caddyfile_proxies_websockets_to_health_checked_edges() -> None:
@@ -161,7 +173,7 @@ def test_the_runbook_names_the_files_to_back_up_and_the_metrics_to_watch() -> No
 # -- secrets ------------------------------------------------------------------------------
 SECRET_TARGETS = {
     "gateway": {"ANDROID_TOKEN", "ANDROID_ADMIN_TOKEN", "ANDROID_FCM_SERVICE_ACCOUNT"},
-    "worker": {"ANDROID_FCM_SERVICE_ACCOUNT"},
+    "push-worker": {"ANDROID_FCM_SERVICE_ACCOUNT"},
 }
 
 
@@ -187,7 +199,7 @@ def test_each_secret_target_is_a_setting_read_from_the_secrets_directory(
     from canonical.settings_base import DOCKER_SECRETS_DIR, documented_name
     from workers.config import WorkerConfig
 
-    models = {"gateway": GatewaySettings, "worker": WorkerConfig}
+    models = {"gateway": GatewaySettings, "push-worker": WorkerConfig}
     for name, model in models.items():
         names = {documented_name(field) for field in model.model_fields.values()}
         assert set(mounted_secrets(compose, name)) <= names, name

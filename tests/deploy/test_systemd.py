@@ -16,6 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 UNITS = ROOT / "deploy" / "systemd"
 INSTALLED = "/opt/hermes-device-gateway"
 ATTACHMENTS = "/var/lib/hermes-device-gateway/attachments"
+WORKERS = {
+    "hdg-push-worker": "PushWorker",
+    "hdg-media-worker": "MediaWorker",
+    "hdg-maintenance-worker": "MaintenanceWorker",
+}
 
 
 def unit(name: str) -> configparser.ConfigParser:
@@ -44,7 +49,7 @@ def test_systemd_accepts_the_units_and_the_target(tmp_path: Path) -> None:
         text = path.read_text(encoding="utf-8").replace(f"{INSTALLED}/.venv", sys.prefix)
         text = text.replace(INSTALLED, str(ROOT))
         (tmp_path / path.name).write_text(text, encoding="utf-8")
-    names = ["hdg-edge@8801.service", "hdg-worker@9461.service", "hdg.target"]
+    names = ["hdg-edge@8801.service", *(f"{w}@9461.service" for w in WORKERS), "hdg.target"]
     result = subprocess.run(
         [analyze, "verify", *(str(tmp_path / name) for name in names)],
         capture_output=True,
@@ -60,14 +65,34 @@ def test_systemd_accepts_the_units_and_the_target(tmp_path: Path) -> None:
     assert result.returncode == 0 and not problems, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("worker", WORKERS)
 @pytest.mark.parametrize("instance", ["9461", "9470", "19999"])
-def test_every_worker_instance_gets_a_valid_metrics_port_of_its_own(instance: str) -> None:
-    port = int(environment("hdg-worker@.service", instance)["HDG_WORKER_METRICS_PORT"])
+def test_every_worker_instance_gets_a_valid_metrics_port_of_its_own(
+    worker: str, instance: str
+) -> None:
+    port = int(environment(f"{worker}@.service", instance)["HDG_WORKER_METRICS_PORT"])
     assert port == int(instance) and 0 < port < 65536
 
 
-def test_a_worker_is_never_reloaded_with_a_signal_arq_does_not_drain_on() -> None:
-    service = unit("hdg-worker@.service")["Service"]
+@pytest.mark.parametrize("worker", WORKERS)
+def test_each_queue_has_its_own_arq_worker_process(worker: str) -> None:
+    service = unit(f"{worker}@.service")["Service"]
+    assert service["ExecStart"].endswith(f"bin/arq workers.settings.{WORKERS[worker]}")
+
+
+def test_the_target_starts_a_worker_for_every_queue() -> None:
+    wants = " ".join(
+        line.removeprefix("Wants=")
+        for line in (UNITS / "hdg.target").read_text(encoding="utf-8").splitlines()
+        if line.startswith("Wants=")
+    ).split()
+    for worker in WORKERS:
+        assert any(name.startswith(f"{worker}@") for name in wants), worker
+
+
+@pytest.mark.parametrize("worker", WORKERS)
+def test_a_worker_is_never_reloaded_with_a_signal_arq_does_not_drain_on(worker: str) -> None:
+    service = unit(f"{worker}@.service")["Service"]
     assert "ExecReload" not in service
     assert service["KillSignal"] == "SIGTERM"
     assert service["Restart"] == "always"
@@ -77,7 +102,7 @@ def test_a_worker_is_never_reloaded_with_a_signal_arq_does_not_drain_on() -> Non
 def test_edges_and_workers_share_a_writable_attachments_directory() -> None:
     for name, variable in (
         ("hdg-edge@.service", "ANDROID_ATTACHMENTS_DIR"),
-        ("hdg-worker@.service", "HDG_MEDIA_ROOT"),
+        *((f"{worker}@.service", "HDG_MEDIA_ROOT") for worker in WORKERS),
     ):
         service = unit(name)["Service"]
         assert service["ProtectSystem"] == "strict"

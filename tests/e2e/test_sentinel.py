@@ -63,7 +63,7 @@ def _worker(tmp_path: Path, env: dict[str, str]) -> ManagedProcess:
     inherited = {k: v for k, v in scrubbed_environ().items() if not k.startswith(("NTFY_", "HDG_"))}
     worker = ManagedProcess(
         "arq:sentinel",
-        [sys.executable, "-m", "arq", "workers.settings.WorkerSettings"],
+        [sys.executable, "-m", "arq", "workers.settings.PushWorker"],
         log_path=tmp_path / "worker.log",
         env=inherited | env | {"HDG_MEDIA_ROOT": str(tmp_path / "media")},
         cwd=REPO_ROOT,

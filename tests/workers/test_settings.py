@@ -1,6 +1,6 @@
 """workers.settings: real ``arq`` worker processes against a real redis-server.
 
-Covers: the combined worker serving all three queues, ``arq --check``, graceful
+Covers: one worker process per queue, ``arq --check``, graceful
 SIGTERM (running jobs finish), and ``kill -9`` mid-job (a second worker re-runs the
 job; the push is sent exactly once and the output file is intact).
 """
@@ -89,7 +89,7 @@ def start_worker(
 ) -> Iterator[Callable[..., ManagedProcess]]:
     started: list[ManagedProcess] = []
 
-    def start(settings: str = "WorkerSettings", ready: bool = True, **env: str) -> ManagedProcess:
+    def start(settings: str = "PushWorker", ready: bool = True, **env: str) -> ManagedProcess:
         proc = ManagedProcess(
             f"arq:{settings}:{len(started)}",
             [sys.executable, "-m", "arq", f"workers.settings.{settings}"],
@@ -123,7 +123,6 @@ def healthy(env: dict[str, str], settings: str) -> bool:
     client = redis.Redis.from_url(env["ANDROID_BUS_URL"])
     try:
         queues = {
-            "WorkerSettings": [PUSH_QUEUE, MEDIA_QUEUE, MAINTENANCE_QUEUE],
             "PushWorker": [PUSH_QUEUE],
             "MediaWorker": [MEDIA_QUEUE],
             "MaintenanceWorker": [MAINTENANCE_QUEUE],
@@ -166,7 +165,7 @@ def decodes_completely(path: Path) -> int:
 # -- settings objects ----------------------------------------------------------------------
 
 
-def test_each_queue_has_its_own_settings_and_the_combined_worker_serves_the_push_queue() -> None:
+def test_each_queue_has_its_own_settings() -> None:
     from workers import settings
 
     assert settings.PushWorker["queue_name"] == PUSH_QUEUE
@@ -176,13 +175,8 @@ def test_each_queue_has_its_own_settings_and_the_combined_worker_serves_the_push
     assert [f.name for f in settings.MediaWorker["functions"]] == ["media_transcode"]
     [sweep] = settings.MaintenanceWorker["cron_jobs"]
     assert sweep.name == "retention_sweep" and sweep.unique
-    assert settings.WorkerSettings["queue_name"] == PUSH_QUEUE
-    for worker in (
-        settings.PushWorker,
-        settings.MediaWorker,
-        settings.MaintenanceWorker,
-        settings.WorkerSettings,
-    ):
+    assert not hasattr(settings, "WorkerSettings")  # one process per queue, as arq intends
+    for worker in (settings.PushWorker, settings.MediaWorker, settings.MaintenanceWorker):
         assert isinstance(worker, dict)  # dicts: arq's class-__dict__ inheritance trap cannot bite
         assert worker["job_completion_wait"] > 0
 
@@ -190,7 +184,7 @@ def test_each_queue_has_its_own_settings_and_the_combined_worker_serves_the_push
 def test_an_embedded_bus_url_stops_the_arq_worker_with_a_clear_message(
     worker_env: dict[str, str],
 ) -> None:
-    run = arq_check({**worker_env, "ANDROID_BUS_URL": "memory://"}, "WorkerSettings")
+    run = arq_check({**worker_env, "ANDROID_BUS_URL": "memory://"}, "PushWorker")
     assert run.returncode != 0
     assert "ANDROID_BUS_URL: is memory://" in run.stderr
 
@@ -206,7 +200,7 @@ def test_the_legacy_server_key_stops_the_worker_naming_the_setting(
 # -- real worker processes -----------------------------------------------------------------
 
 
-async def test_the_combined_worker_runs_push_media_and_maintenance_jobs(
+async def test_one_worker_per_queue_runs_push_media_and_maintenance_jobs(
     start_worker: Callable[..., ManagedProcess],
     pool: ArqRedis,
     fcm: FakeFcm,
@@ -214,7 +208,9 @@ async def test_the_combined_worker_runs_push_media_and_maintenance_jobs(
     photo_12mp: Path,
     worker_env: dict[str, str],
 ) -> None:
-    worker = start_worker("WorkerSettings")
+    worker = start_worker("PushWorker")
+    start_worker("MediaWorker")
+    start_worker("MaintenanceWorker")
     push = await enqueue_push(pool, notification())
     media = await enqueue_media(pool, put_upload(media_root, photo_12mp, "p1"))
     sweep = await pool.enqueue_job("retention_sweep", _queue_name=MAINTENANCE_QUEUE)
@@ -236,12 +232,15 @@ async def test_arq_check_reports_the_worker_health(
     start_worker: Callable[..., ManagedProcess], worker_env: dict[str, str]
 ) -> None:
     assert arq_check(worker_env, "PushWorker").returncode == 1  # nothing running yet
-    worker = start_worker("WorkerSettings")
-    for settings in ("WorkerSettings", "PushWorker", "MediaWorker", "MaintenanceWorker"):
+    workers = {
+        name: start_worker(name) for name in ("PushWorker", "MediaWorker", "MaintenanceWorker")
+    }
+    for settings in workers:
         run = arq_check(worker_env, settings)
         assert run.returncode == 0, (settings, run.stderr)
-    worker.stop(timeout=20)
-    assert arq_check(worker_env, "WorkerSettings").returncode == 1  # health key removed on exit
+    workers["PushWorker"].stop(timeout=20)
+    assert arq_check(worker_env, "PushWorker").returncode == 1  # health key removed on exit
+    assert arq_check(worker_env, "MediaWorker").returncode == 0  # the other queues run on
 
 
 async def test_single_queue_workers_start_on_their_own(
@@ -261,7 +260,7 @@ async def test_sigterm_lets_running_jobs_finish(
     media_root: Path,
     tmp_path: Path,
 ) -> None:
-    worker = start_worker("WorkerSettings")
+    pusher, transcoder = start_worker("PushWorker"), start_worker("MediaWorker")
     fcm.send_delay = 1.5  # FCM answers slowly: the push is mid-request at SIGTERM
     clip = samples.video(tmp_path / "clip.mp4", seconds=10, size=(1920, 1080), fps=60, audio=False)
     push = await enqueue_push(pool, notification())
@@ -275,13 +274,15 @@ async def test_sigterm_lets_running_jobs_finish(
         10,
         "both jobs to start",
     )
-    worker.send_signal(signal.SIGTERM)
-    assert worker.wait(40) == 0, worker.log_tail()
+    for worker in (pusher, transcoder):
+        worker.send_signal(signal.SIGTERM)
+    for worker in (pusher, transcoder):
+        assert worker.wait(40) == 0, worker.log_tail()
     assert (await result_of(push, timeout=5))["outcome"] == "delivered"
     transcoded = await result_of(media, timeout=5)
     assert transcoded["outcome"] == "done"
     assert decodes_completely(media_root / transcoded["outputs"]["preview"]) == 300
-    assert "shutdown on SIGTERM" in worker.log_text()
+    assert all("shutdown on SIGTERM" in w.log_text() for w in (pusher, transcoder))
 
 
 async def test_a_killed_workers_jobs_are_rerun_once_by_another_worker(
@@ -296,7 +297,7 @@ async def test_a_killed_workers_jobs_are_rerun_once_by_another_worker(
         "HDG_PUSH_JOB_TIMEOUT": "2",
         "HDG_MEDIA_JOB_TIMEOUT": "3",
     }  # re-run after timeout + 10 s
-    first = start_worker("WorkerSettings", **timeouts)
+    first = [start_worker(name, **timeouts) for name in ("PushWorker", "MediaWorker")]
     fcm.token_delay = 10.0  # the first OAuth grant hangs: the push job is mid-flight
     clip = samples.video(tmp_path / "clip.mp4", seconds=10, size=(1920, 1080), fps=60, audio=False)
     push = await enqueue_push(pool, notification())
@@ -308,13 +309,15 @@ async def test_a_killed_workers_jobs_are_rerun_once_by_another_worker(
         "the push to wait on OAuth and the transcode to start",
     )
     preview = media_root / "derived" / "v1" / "preview.mp4"
-    first.kill9()
+    for worker in first:
+        worker.kill9()
     assert not preview.exists()  # killed mid-transcode
     assert fcm.attempts["device-token-1"] == 0  # killed before the push was sent
 
     # The re-run is bounded by the second worker's own limits: generous ones, so a busy
     # machine (the suite runs three test processes at once) cannot time the transcode out.
-    start_worker("WorkerSettings", HDG_PUSH_JOB_TIMEOUT="30", HDG_MEDIA_JOB_TIMEOUT="120")
+    for name in ("PushWorker", "MediaWorker"):
+        start_worker(name, HDG_PUSH_JOB_TIMEOUT="30", HDG_MEDIA_JOB_TIMEOUT="120")
     pushed = await result_of(push, timeout=60)
     transcoded = await result_of(media, timeout=150)
 

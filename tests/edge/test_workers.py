@@ -1,5 +1,6 @@
-"""Several edge workers behind one port (ANDROID_EDGE_WORKERS): the restart policy on its
-own, and real `python -m edge` supervisors on a real redis-server."""
+"""Several edge workers behind one port (ANDROID_EDGE_WORKERS) under uvicorn's process
+manager: the pure parts on their own, and real `python -m edge` managers on a real
+redis-server."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,72 +20,58 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from websockets.exceptions import ConnectionClosed
 
 from canonical.bus import open_bus
 from canonical.client import DeviceClient
-from edge.supervisor import (
+from edge.metrics import dead_workers
+from edge.workers import (
     EXIT_BAD_SETTINGS,
-    METRICS_DIR_ENV,
     METRICS_DIR_PREFIX,
-    WORKER_INDEX_ENV,
-    RestartBackoff,
-    gives_up,
     remove_stale_metrics_dirs,
     stale_metrics_dirs,
     worker_edge_id,
 )
-from edge.worker_metrics import SNAPSHOT_S
-from tests.harness import EdgeProcess, ManagedProcess, RedisServer, free_port, scrubbed_environ
+from tests.harness import EdgeProcess, RedisServer, free_port
 from tests.harness.certs import self_signed
 
 TENANT = "supervised"
 TOKEN = "supervisor-test-token-0123456789"
 
 
-# -- the restart policy
+def test_each_worker_gets_its_own_edge_id() -> None:
+    assert worker_edge_id("edge-a", 4242) == "edge-a-4242"
+    assert worker_edge_id("edge-a", 4243) != worker_edge_id("edge-a", 4242)
+    assert worker_edge_id(None, 4242) is None  # a random id per process is unique already
 
 
-def test_a_worker_dying_young_again_and_again_waits_longer_each_time_up_to_the_cap() -> None:
-    backoff = RestartBackoff(first_s=0.5, max_s=4.0, healthy_after_s=30.0)
-    assert [backoff.next_delay(lived_s=1.0) for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+# -- live gauges of workers that died
 
 
-def test_a_worker_that_lived_long_is_restarted_after_the_first_delay_again() -> None:
-    backoff = RestartBackoff(first_s=0.5, max_s=4.0, healthy_after_s=30.0)
-    for _ in range(5):
-        backoff.next_delay(lived_s=1.0)
-    assert backoff.next_delay(lived_s=31.0) == 0.5
+def test_the_live_gauges_of_a_worker_that_is_gone_are_found_by_its_pid() -> None:
+    names = [
+        "gauge_livesum_100.db",  # gone
+        "gauge_livemax_100.db",
+        "gauge_livesum_200.db",  # alive
+        "counter_100.db",  # a counter: its total stays after the worker
+        "gauge_all_100.db",  # not a live mode
+        "gauge_livesum_x.db",
+        "gauge_livesum_300.db.tmp",
+    ]
+    assert dead_workers(names, alive=lambda pid: pid == 200) == {100}
 
 
-@given(st.lists(st.floats(min_value=0, max_value=100, allow_nan=False), min_size=1, max_size=40))
-def test_restart_delays_stay_between_the_first_delay_and_the_cap(lives: list[float]) -> None:
-    backoff = RestartBackoff(first_s=0.5, max_s=30.0, healthy_after_s=30.0)
-    for lived in lives:
-        assert 0.5 <= backoff.next_delay(lived) <= 30.0
-
-
-def test_the_supervisor_gives_up_only_on_a_worker_that_refuses_its_settings_at_start() -> None:
-    assert gives_up(EXIT_BAD_SETTINGS, lived_s=1.0, started_ok_before=False)
-    assert not gives_up(EXIT_BAD_SETTINGS, lived_s=60.0, started_ok_before=False)
-    assert not gives_up(EXIT_BAD_SETTINGS, lived_s=1.0, started_ok_before=True)
-    assert not gives_up(1, lived_s=1.0, started_ok_before=False)
-    assert not gives_up(-9, lived_s=1.0, started_ok_before=False)
-
-
-def test_each_worker_gets_its_own_edge_id(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(WORKER_INDEX_ENV, raising=False)
-    assert worker_edge_id("edge-a") == "edge-a"
-    monkeypatch.setenv(WORKER_INDEX_ENV, "1")
-    assert worker_edge_id("edge-a") == "edge-a-1"
-    assert worker_edge_id(None) is None  # a random id per process is unique already
+@given(st.lists(st.text(max_size=30), max_size=20))
+def test_no_worker_is_dead_while_every_pid_lives(names: list[str]) -> None:
+    assert dead_workers(names, alive=lambda pid: True) == set()
 
 
 # -- metrics directories left behind
 
 
-def test_a_metrics_directory_is_stale_once_the_supervisor_named_in_it_is_gone() -> None:
+def test_a_metrics_directory_is_stale_once_the_manager_named_in_it_is_gone() -> None:
     names = [
-        f"{METRICS_DIR_PREFIX}100-abc",  # its supervisor is gone
+        f"{METRICS_DIR_PREFIX}100-abc",  # its manager is gone
         f"{METRICS_DIR_PREFIX}200-def",  # still running
         f"{METRICS_DIR_PREFIX}abc",  # an older name without a pid: not ours to judge
         f"{METRICS_DIR_PREFIX}300-",  # no mkdtemp suffix: not one we made
@@ -98,7 +84,7 @@ def test_a_metrics_directory_is_stale_once_the_supervisor_named_in_it_is_gone() 
 
 
 @given(st.lists(st.text(max_size=30), max_size=20))
-def test_no_name_is_stale_while_every_supervisor_lives(names: list[str]) -> None:
+def test_no_name_is_stale_while_every_manager_lives(names: list[str]) -> None:
     assert stale_metrics_dirs(names, alive=lambda pid: True) == []
 
 
@@ -109,7 +95,7 @@ def _dead_pid() -> int:
     return process.pid
 
 
-def test_only_this_users_directories_of_dead_supervisors_are_removed(tmp_path: Path) -> None:
+def test_only_this_users_directories_of_dead_managers_are_removed(tmp_path: Path) -> None:
     dead = tmp_path / f"{METRICS_DIR_PREFIX}{_dead_pid()}-x1"
     live = tmp_path / f"{METRICS_DIR_PREFIX}{os.getpid()}-x2"
     (dead / "inner").mkdir(parents=True)
@@ -122,14 +108,22 @@ def test_only_this_users_directories_of_dead_supervisors_are_removed(tmp_path: P
     assert live.is_dir() and link.is_symlink()
 
 
-# -- real supervisors
+# -- real managers
 
 
 def _children(pid: int) -> list[int]:
+    """The edge workers uvicorn's manager ``pid`` runs now (not multiprocessing's
+    resource tracker, its other child)."""
     out: list[int] = []
     for task in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as f:
-            out += [int(child) for child in f.read().split()]
+            for child in f.read().split():
+                try:
+                    with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                        if b"spawn_main" in cmdline.read():
+                            out.append(int(child))
+                except OSError:
+                    continue
     return out
 
 
@@ -179,6 +173,7 @@ def supervised(
             "ANDROID_BUS_URL": redis_server.url,
             "ANDROID_WS_HOST": "127.0.0.1",
             "ANDROID_EDGE_WORKERS": "2",
+            "ANDROID_EDGE_ID": "edge-a",
         },
         port_env="ANDROID_WS_PORT",
     )
@@ -210,6 +205,11 @@ def test_both_workers_answer_devices_on_the_one_port(supervised: EdgeProcess) ->
     asyncio.run(each_worker_alone())
 
 
+def test_each_worker_is_its_own_edge_on_the_bus(supervised: EdgeProcess) -> None:
+    ids = set(re.findall(r"edge (edge-a-\d+) listening on", supervised.log_text()))
+    assert ids == {f"edge-a-{pid}" for pid in _children(supervised.pid)}
+
+
 def _scrape(edge: EdgeProcess) -> str:
     conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=10)
     try:
@@ -219,54 +219,102 @@ def _scrape(edge: EdgeProcess) -> str:
         conn.close()
 
 
-def _pheby_connections(text: str) -> dict[str, float]:
-    """hdg_edge_connections{dialect="pheby"} of each worker in one scrape."""
-    found = re.findall(
-        r'^hdg_edge_connections\{worker="(\d+)",dialect="pheby"\} (\S+)$', text, re.M
-    )
-    return {worker: float(value) for worker, value in found}
+def _pheby_connections(text: str) -> float:
+    """hdg_edge_connections{dialect="pheby"} in one scrape (every worker's, summed)."""
+    (value,) = re.findall(r'^hdg_edge_connections\{dialect="pheby"\} (\S+)$', text, re.M)
+    return float(value)
+
+
+def _frames_in(text: str) -> float:
+    (value,) = re.findall(r"^hdg_edge_frames_in_total (\S+)$", text, re.M)
+    return float(value)
+
+
+async def _connections_become(edge: EdgeProcess, count: int) -> None:
+    deadline = time.monotonic() + 20
+    while _pheby_connections(await asyncio.to_thread(_scrape, edge)) != count:
+        assert time.monotonic() < deadline, f"the scrapes never said {count}"
+        await asyncio.sleep(0.1)
 
 
 def test_any_worker_answers_a_scrape_with_every_workers_devices(
     supervised: EdgeProcess,
 ) -> None:
-    async def scrape() -> dict[str, float]:
-        return _pheby_connections(await asyncio.to_thread(_scrape, supervised))
+    paused, serving = _children(supervised.pid)
 
     async def scenario() -> None:
-        clients = [await _ready(supervised) for _ in range(12)]
+        # Devices on one worker only, then scrapes answered by the other alone.
+        os.kill(paused, signal.SIGSTOP)
         try:
-            deadline = time.monotonic() + 20
-            while sum((await scrape()).values()) != 12:
-                assert time.monotonic() < deadline, "the scrapes never added up"
-                await asyncio.sleep(0.1)
-            # Now both workers' newest snapshots were written after the last device came.
-            await asyncio.sleep(SNAPSHOT_S + 1)
-            for _ in range(6):  # whichever worker accepts each scrape
-                by_worker = await scrape()
-                assert set(by_worker) == {"0", "1"} and sum(by_worker.values()) == 12
+            clients = [await _ready(supervised) for _ in range(6)]
+        finally:
+            os.kill(paused, signal.SIGCONT)
+        clients += [await _ready(supervised) for _ in range(6)]
+        try:
+            await _connections_become(supervised, 12)
+            os.kill(serving, signal.SIGSTOP)
+            try:
+                for _ in range(3):
+                    text = await asyncio.to_thread(_scrape, supervised)
+                    assert _pheby_connections(text) == 12
+            finally:
+                os.kill(serving, signal.SIGCONT)
         finally:
             for client in clients:
                 await client.close()
+        await _connections_become(supervised, 0)
 
     asyncio.run(scenario())
 
 
-def test_a_worker_that_dies_is_replaced_and_the_port_keeps_serving(
+def test_a_killed_worker_is_replaced_its_devices_reconnect_and_the_scrape_forgets_it(
     supervised: EdgeProcess,
 ) -> None:
     first, second = _children(supervised.pid)
-    os.kill(first, signal.SIGKILL)
 
-    async def meanwhile() -> None:
-        client = await _ready(supervised)
-        await client.close()
+    async def scenario() -> None:
+        os.kill(second, signal.SIGSTOP)  # every device on the worker about to die
+        try:
+            doomed = [await _ready(supervised) for _ in range(3)]
+        finally:
+            os.kill(second, signal.SIGCONT)
+        await _connections_become(supervised, 3)
+        frames_before = _frames_in(await asyncio.to_thread(_scrape, supervised))
+        os.kill(first, signal.SIGKILL)
+        for client in doomed:
+            assert await client.wait_closed(timeout=15) is not None
+        # The devices come back and are served, by the survivor or the replacement.
+        again = [await _ready(supervised) for _ in range(3)]
+        try:
+            await _connections_become(supervised, 3)  # the dead worker's 3 are gone
+            await asyncio.to_thread(
+                _wait,
+                lambda: (
+                    len(_children(supervised.pid)) == 2 and first not in _children(supervised.pid)
+                ),
+            )
+            # Its counters stay in the totals: they never go back.
+            assert _frames_in(await asyncio.to_thread(_scrape, supervised)) >= frames_before
+        finally:
+            for client in again:
+                await client.close()
 
-    asyncio.run(meanwhile())
-    _wait(lambda: len(_children(supervised.pid)) == 2 and first not in _children(supervised.pid))
+    asyncio.run(scenario())
     assert second in _children(supervised.pid)
-    assert "exited with -9; restarting" in supervised.log_text()
+    assert f"Child process [{first}] died" in supervised.log_text()
     _wait(lambda: _listening_workers(supervised) == 3)
+    (replacement,) = set(_children(supervised.pid)) - {second}
+
+    async def served_by_the_replacement() -> None:
+        os.kill(second, signal.SIGSTOP)
+        try:
+            client = await _ready(supervised)
+            await client.close()
+        finally:
+            os.kill(second, signal.SIGCONT)
+
+    asyncio.run(served_by_the_replacement())
+    assert f"edge edge-a-{replacement} listening on" in supervised.log_text()
 
 
 def _stops_gracefully(edge: EdgeProcess, signum: int) -> None:
@@ -282,23 +330,42 @@ def _stops_gracefully(edge: EdgeProcess, signum: int) -> None:
     assert edge.process.returncode == 0
 
 
-def test_stopping_the_supervisor_says_going_away_to_devices_and_stops_every_worker(
+def test_stopping_the_manager_says_going_away_to_devices_and_stops_every_worker(
     supervised: EdgeProcess,
 ) -> None:
     workers = _children(supervised.pid)
-    metrics_dir = Path(_environ(workers[0])[METRICS_DIR_ENV])
-    assert metrics_dir.is_dir()
+    metrics_dir = Path(_environ(workers[0])["PROMETHEUS_MULTIPROC_DIR"])
+    assert metrics_dir.is_dir() and metrics_dir.name.startswith(METRICS_DIR_PREFIX)
     _stops_gracefully(supervised, signal.SIGTERM)
     assert not any(_alive(pid) for pid in workers)
-    assert not metrics_dir.exists()  # the workers' metrics snapshots go with them
+    assert not metrics_dir.exists()  # the workers' metrics files go with them
 
 
-def test_a_hang_up_stops_the_supervisor_and_its_workers_as_sigterm_does(
+def test_a_hang_up_replaces_every_worker_one_by_one_while_the_port_serves(
     supervised: EdgeProcess,
 ) -> None:
-    workers = _children(supervised.pid)
-    _stops_gracefully(supervised, signal.SIGHUP)
-    assert not any(_alive(pid) for pid in workers)
+    before = set(_children(supervised.pid))
+    supervised.process.send_signal(signal.SIGHUP)
+
+    async def serve_meanwhile() -> None:
+        deadline = time.monotonic() + 30
+        served = 0
+        while set(_children(supervised.pid)) & before:
+            assert time.monotonic() < deadline, "the workers were not replaced"
+            try:
+                client = await _ready(supervised)
+            except ConnectionClosed as closed:  # caught by a worker as it was stopping
+                assert closed.rcvd is not None and closed.rcvd.code in (1001, 1012)
+                continue
+            served += 1
+            await client.close()
+        assert served > 0
+        client = await _ready(supervised)
+        await client.close()
+
+    asyncio.run(serve_meanwhile())
+    _wait(lambda: len(_children(supervised.pid)) == 2)
+    assert supervised.running
 
 
 def test_a_hang_up_stops_a_lone_edge_with_going_away_to_its_devices(
@@ -313,16 +380,37 @@ def test_a_hang_up_stops_a_lone_edge_with_going_away_to_its_devices(
     _stops_gracefully(edge, signal.SIGHUP)
 
 
-def test_workers_stop_by_themselves_when_the_supervisor_is_killed(
+def test_workers_stop_by_themselves_when_the_manager_is_killed(
     supervised: EdgeProcess,
 ) -> None:
     workers = _children(supervised.pid)
-    supervised.process.send_signal(signal.SIGKILL)  # the supervisor alone, not its group
+    supervised.process.send_signal(signal.SIGKILL)  # the manager alone, not its group
     assert supervised.process.wait(timeout=10) == -signal.SIGKILL
     _wait(lambda: not any(_alive(pid) for pid in workers))
 
 
-def test_the_metrics_directory_of_a_killed_supervisor_is_removed_by_the_next_one(
+def test_workers_still_starting_when_the_manager_is_killed_stop_by_themselves(
+    redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess]
+) -> None:
+    edge = EdgeProcess(
+        env={
+            "ANDROID_BUS_URL": redis_server.url,
+            "ANDROID_WS_HOST": "127.0.0.1",
+            "ANDROID_EDGE_WORKERS": "2",
+        },
+        port_env="ANDROID_WS_PORT",
+    )
+    edge.process.start()
+    try:
+        _wait(lambda: len(_children(edge.pid)) == 2, timeout=30)
+        workers = _children(edge.pid)
+        os.kill(edge.pid, signal.SIGKILL)  # before they serve (or just after)
+        _wait(lambda: not any(_alive(pid) for pid in workers))
+    finally:
+        edge.stop()
+
+
+def test_the_metrics_directory_of_a_killed_manager_is_removed_by_the_next_one(
     redis_server: RedisServer, edge_factory: Callable[..., EdgeProcess], tmp_path: Path
 ) -> None:
     env = {
@@ -334,7 +422,7 @@ def test_the_metrics_directory_of_a_killed_supervisor_is_removed_by_the_next_one
     first = edge_factory(env=env, port_env="ANDROID_WS_PORT")
     _wait(lambda: len(_children(first.pid)) == 2)
     workers = _children(first.pid)
-    left = Path(_environ(workers[0])[METRICS_DIR_ENV])
+    left = Path(_environ(workers[0])["PROMETHEUS_MULTIPROC_DIR"])
     assert left.parent == tmp_path
     first.process.send_signal(signal.SIGKILL)  # no chance to clean up
     first.process.wait(timeout=10)
@@ -343,46 +431,11 @@ def test_the_metrics_directory_of_a_killed_supervisor_is_removed_by_the_next_one
     second = edge_factory(env=env, port_env="ANDROID_WS_PORT")
     _wait(lambda: _listening_workers(second) == 2 and len(_children(second.pid)) == 2)
     assert not left.exists()
-    ours = Path(_environ(_children(second.pid)[0])[METRICS_DIR_ENV])
+    ours = Path(_environ(_children(second.pid)[0])["PROMETHEUS_MULTIPROC_DIR"])
     assert ours.is_dir() and ours.name.startswith(f"{METRICS_DIR_PREFIX}{second.pid}-")
 
 
-def test_a_worker_whose_supervisor_died_while_it_was_starting_stops_by_itself(
-    redis_server: RedisServer, tmp_path: Path
-) -> None:
-    # The worker is held before `python -m edge` runs until the test opens the gate, so
-    # the supervisor is surely gone before the worker starts watching it.
-    gate = tmp_path / "gate"
-    held = f"while [ ! -e {gate} ]; do sleep 0.05; done; exec {sys.executable} -m edge"
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from edge.supervisor import Supervisor, listen_sockets
-        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
-        sys.exit(Supervisor(socks, 1, argv=["sh", "-c", {held!r}]).run())
-        """
-    )
-    port = free_port()
-    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
-    env["ANDROID_WS_PORT"] = str(port)
-    supervisor = ManagedProcess(
-        "supervisor",
-        [sys.executable, "-c", script, str(port)],
-        log_path=tmp_path / "supervisor.log",
-        env=scrubbed_environ(env),
-    ).start()
-    try:
-        _wait(lambda: len(_children(supervisor.pid)) == 1)
-        (worker,) = _children(supervisor.pid)
-        os.kill(supervisor.pid, signal.SIGKILL)  # the supervisor alone, not its group
-        _wait(lambda: not supervisor.running)
-        gate.touch()
-        _wait(lambda: not _alive(worker))
-    finally:
-        supervisor.stop()
-
-
-def _tls_supervisor(redis: RedisServer, tmp_path: Path, cert: Path, key: Path) -> EdgeProcess:
+def _tls_workers(redis: RedisServer, tmp_path: Path, cert: Path, key: Path) -> EdgeProcess:
     """Two workers serving wss:// with this certificate and key, started (not waited for)."""
     edge = EdgeProcess(
         env={
@@ -400,7 +453,7 @@ def _tls_supervisor(redis: RedisServer, tmp_path: Path, cert: Path, key: Path) -
 
 
 @pytest.mark.parametrize("broken", ["missing certificate", "key not PEM"])
-def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_line(
+def test_a_certificate_the_workers_cannot_load_stops_the_manager_with_one_line(
     redis_server: RedisServer, tmp_path: Path, broken: str
 ) -> None:
     cert, key = self_signed(tmp_path)
@@ -408,7 +461,7 @@ def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_lin
         cert = tmp_path / "missing.crt"
     else:
         key.write_text("not a key\n")
-    edge = _tls_supervisor(redis_server, tmp_path, cert, key)
+    edge = _tls_workers(redis_server, tmp_path, cert, key)
     try:
         _wait(lambda: not edge.running)
         assert edge.process.wait(0) == EXIT_BAD_SETTINGS
@@ -418,11 +471,11 @@ def test_a_certificate_the_workers_cannot_load_stops_the_supervisor_with_one_lin
         edge.stop()
 
 
-def test_supervised_workers_serve_wss_with_the_configured_certificate(
+def test_workers_serve_wss_with_the_configured_certificate(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     cert, key = self_signed(tmp_path)
-    edge = _tls_supervisor(redis_server, tmp_path, cert, key)
+    edge = _tls_workers(redis_server, tmp_path, cert, key)
     trust = ssl.create_default_context(cafile=str(cert))
 
     async def over_tls() -> None:
@@ -479,7 +532,7 @@ def test_an_edge_on_the_ipv6_any_address_listens_on_ipv6_alone_with_or_without_w
         edge.stop()
 
 
-def test_a_bus_url_the_workers_cannot_open_stops_the_supervisor_with_one_line(
+def test_a_bus_url_the_workers_cannot_open_stops_the_manager_with_one_line(
     tmp_path: Path,
 ) -> None:
     edge = EdgeProcess(
@@ -496,7 +549,7 @@ def test_a_bus_url_the_workers_cannot_open_stops_the_supervisor_with_one_line(
         _wait(lambda: not edge.running)
         assert edge.process.wait(0) == EXIT_BAD_SETTINGS
         assert "edge: bad setting ANDROID_BUS_URL" in edge.log_text()
-        assert "refused to start (exit 2): stopping" in edge.log_text()
+        assert "failed to start, stopping the parent process" in edge.log_text()
         assert "Traceback" not in edge.log_text()
     finally:
         edge.stop()
@@ -519,50 +572,3 @@ def test_ctrl_c_stops_the_edge_cleanly_with_or_without_workers(
     _wait(lambda: not edge.running)
     assert edge.process.wait(0) == 0
     assert "Traceback" not in edge.log_text()
-
-
-def test_a_worker_that_cannot_be_spawned_again_is_retried_while_the_others_serve(
-    redis_server: RedisServer, tmp_path: Path
-) -> None:
-    # The workers' program, which a deploy may replace while the supervisor runs.
-    program = tmp_path / "edge-worker"
-    program.write_text(f"#!/bin/sh\nexec {sys.executable} -m edge\n")
-    program.chmod(0o755)
-    away = tmp_path / "edge-worker.away"
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from edge.supervisor import Supervisor, listen_sockets
-        socks = listen_sockets("127.0.0.1", int(sys.argv[1]))
-        sys.exit(Supervisor(socks, 2, argv=[{str(program)!r}]).run())
-        """
-    )
-    port = free_port()
-    env = {"ANDROID_BUS_URL": redis_server.url, "ANDROID_WS_HOST": "127.0.0.1"}
-    env["ANDROID_WS_PORT"] = str(port)
-    supervisor = ManagedProcess(
-        "supervisor",
-        [sys.executable, "-c", script, str(port)],
-        log_path=tmp_path / "supervisor.log",
-        env=scrubbed_environ(env),
-    ).start()
-
-    def logged(text: str) -> Callable[[], bool]:
-        return lambda: text in supervisor.log_text() or not supervisor.running
-
-    try:
-        # Both serving, not just spawned: a shell that has not yet opened the script when
-        # it is moved away exits 2, which the supervisor rightly takes for bad settings.
-        _wait(lambda: supervisor.log_text().count(" listening on ") >= 2)
-        first, second = _children(supervisor.pid)
-        program.rename(away)
-        os.kill(first, signal.SIGKILL)
-        _wait(logged("edge worker 0 could not be started"))
-        assert supervisor.running
-        assert _alive(second)
-        away.rename(program)
-        _wait(lambda: len(_children(supervisor.pid)) == 2 or not supervisor.running)
-        assert supervisor.running
-        assert second in _children(supervisor.pid)
-    finally:
-        supervisor.stop()
