@@ -49,10 +49,12 @@ def test_each_role_has_a_target_installing_only_what_it_runs() -> None:
 
 def test_compose_builds_each_service_from_its_own_target() -> None:
     compose: dict[str, Any] = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
-    for role in ROLES:
-        build = compose["services"][role]["build"]
+    services = {"edge": "edge", "gateway": "gateway", "push-worker": "worker"}
+    services |= {"media-worker": "worker", "maintenance-worker": "worker"}
+    for name, role in services.items():
+        build = compose["services"][name]["build"]
         assert build["target"] == role and build["dockerfile"] == "deploy/Dockerfile"
-        assert compose["services"][role]["image"] == f"hermes-device-gateway-{role}:local"
+        assert compose["services"][name]["image"] == f"hermes-device-gateway-{role}:local"
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
