@@ -7,11 +7,16 @@ import re
 from typing import Any, get_args, get_type_hints
 
 import pytest
-from gateway_plugin.interactive import Interactive, Pending, approval_request, resolved_event
 
 from canonical.protocol import PHEBY_ERROR_CODES
 from edge.dialects import fields, frames, iris, iris_frames, pheby, pheby_frames
 from edge.dialects.schema import UNIONS
+from gateway_plugin.commands.interactive import (
+    Interactive,
+    Pending,
+    approval_request,
+    resolved_event,
+)
 from tests.edge import dialect_events as ev
 from tests.harness.frame_schemas import frame_types, problem
 from tests.harness.proc import REPO_ROOT
