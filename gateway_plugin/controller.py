@@ -528,6 +528,13 @@ class Controller:
         self._maybe_title(lane, finished)
         self.outbox.finish_run(run.run_id)
 
+    def on_answered_inline(self, lane: Lane, run_id: str) -> None:
+        """Hermes answered the run's command beside the turn it still held the lane's
+        session for, without processing hooks: the run ends, and no typing outlives it
+        (the ending turn's typing refresh may still tick)."""
+        self.on_processing_complete(lane, run_id, "success")
+        self.typing(lane, False)
+
     def on_send(self, lane: Lane, content: str, metadata: dict[str, Any] | None) -> str:
         """Classify one outbound send; returns the message id Hermes will edit."""
         # Hermes marks its answer to a message or command `notify`.

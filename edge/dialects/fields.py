@@ -127,6 +127,14 @@ def decode_with(decoders: dict[str, Decoder], frame: Json) -> Json:
     return {"cmd": name, "args": decode(frame)}
 
 
+def answering(frame: Json | None) -> Json | None:
+    """A reply frame as sent: the answer to a request sent without a request_id carries
+    none (a null one is valid in neither dialect)."""
+    if frame is not None and "request_id" in frame and frame["request_id"] is None:
+        return {k: v for k, v in frame.items() if k != "request_id"}
+    return frame
+
+
 def error_frame(code: str, message: str, request_id: Any = None) -> Json:
     """The one error shape of both dialects."""
     frame: Json = {"type": "error"}

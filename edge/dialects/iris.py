@@ -234,6 +234,10 @@ _NOT_IRIS = frozenset({"lane", "conversation_id", "approval_id", "clarify_id", "
 
 def encode_reply(reply: Json) -> Json | None:
     """A canonical reply (canonical.model.replies) as the iris frame answering it."""
+    return fields.answering(_frame_of_reply(reply))
+
+
+def _frame_of_reply(reply: Json) -> Json | None:
     kind = reply.get("type")
     if kind == "error":
         frame = fields.error_frame(reply["code"], reply["message"], reply.get("request_id"))

@@ -205,6 +205,10 @@ _RESULTS = {
 
 def encode_reply(reply: Json) -> Json | None:
     """A canonical reply (canonical.model.replies) as the pheby frame answering it."""
+    return fields.answering(_frame_of_reply(reply))
+
+
+def _frame_of_reply(reply: Json) -> Json | None:
     kind = reply.get("type")
     if kind == "error":
         code = reply["code"]

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ from gateway_plugin.hermes import contract, hooks, state_db
 from gateway_plugin.hermes import runner as hr
 from gateway_plugin.hermes.adapter_decisions import DecisionSendsMixin
 from gateway_plugin.hermes.adapter_media import MediaSendsMixin
-from gateway_plugin.hermes.agent_port import AgentPortMixin
+from gateway_plugin.hermes.agent_port import HOOKED, INLINE, AgentPortMixin
 from gateway_plugin.shutdown import UNBOUNDED, Deadline, disconnect_budget
 
 log = logging.getLogger("hdg.plugin")
@@ -309,11 +310,25 @@ class AndroidAdapter(
         entry = self.controller.channels.get(chat_id, None) if self.controller else None
         return {"name": entry.name if entry else chat_id, "type": "dm"}
 
+    def set_message_handler(self, handler: Callable[[Any], Awaitable[Any]]) -> None:
+        """Hermes' handler, noting each event of a run it is called for without the
+        processing hooks first: nothing else would end that run (`AgentPortMixin.submit`)."""
+
+        async def handle(event: Any) -> Any:
+            meta = event.metadata
+            if isinstance(meta, dict) and meta.get("hdg_run_id") and not meta.get(HOOKED):
+                meta[INLINE] = True
+            return await handler(event)
+
+        super().set_message_handler(handle)
+
     async def on_processing_start(self, event: Any) -> None:
         if self.controller is None or event.source is None:
             return
         lane = (str(event.source.chat_id), event.source.thread_id)
         run_id = (event.metadata or {}).get("hdg_run_id")
+        if run_id is not None:
+            event.metadata[HOOKED] = True
         self.controller.on_processing_start(lane, run_id)
         if run_id is not None and self.controller.cancelled.get(lane) == run_id:
             # Cancelled before Hermes took it up (it waited behind another turn, whose

@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 
 Lane = tuple[str, str | None]
 
+# Marks on the metadata of an event carrying a run: Hermes ran its processing hooks for
+# it (its normal path), or it called its message handler without them (see `submit`).
+HOOKED = "hdg_hooked"
+INLINE = "hdg_inline"
+
 
 class AgentPortMixin:
     """The controller's `AgentPort` (gateway_plugin.ports), on Hermes' adapter API."""
@@ -76,6 +81,12 @@ class AgentPortMixin:
             media_types=list(media_types or []),
         )
         await self.handle_message(event)
+        if run_id is not None and event.metadata.get(INLINE) and self.controller is not None:
+            # While Hermes still holds the lane's session for a turn that is just ending
+            # (its cleanup outlives on_processing_complete), it answers /new, /stop,
+            # /status... there and then, without the processing hooks that end a run.
+            # That answer has been delivered by now: the run ends here.
+            self.controller.on_answered_inline(lane, run_id)
 
     async def stage_media(self, source: Path, filename: str, mime_type: str) -> tuple[str, str]:
         return await asyncio.to_thread(files.stage_media_file, source, filename, mime_type)

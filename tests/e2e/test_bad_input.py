@@ -269,3 +269,29 @@ async def test_a_reused_pheby_request_id_still_gives_each_send_its_own_user_mess
     await tablet.wait_for(lambda _: len(echoes()) >= 2)
     assert [e["text"] for e in echoes()] == ["first", "second"]
     assert len({e["message_id"] for e in echoes()}) == 2, echoes()
+
+
+async def test_a_request_without_a_request_id_is_answered_without_one(
+    deployment: Deployment,
+) -> None:
+    # The id is optional in both dialects; the answer then carries none, never a null one
+    # (each frame received is checked against the dialect's schema too).
+    pheby = await deployment.pheby()
+    for request, answer in (
+        ({"type": "conversation.list"}, "conversation.snapshot"),
+        ({"type": "conversation.create", "name": "No id"}, "conversation.created"),
+        ({"type": "conversation.open", "conversation_id": "f" * 32}, "error"),
+    ):
+        start = len(pheby.frames)
+        await pheby.send(request)
+        reply = await pheby.wait_type(answer, start=start)
+        assert "request_id" not in reply, reply
+    iris = await deployment.iris("phone")
+    for request, answer in (
+        ({"type": "channel.create", "kind": "channel", "name": "No id"}, "result"),
+        ({"type": "history", "chat_id": "android:nope"}, "error"),
+    ):
+        start = len(iris.frames)
+        await iris.send(request)
+        reply = await iris.wait_type(answer, start=start)
+        assert "request_id" not in reply, reply

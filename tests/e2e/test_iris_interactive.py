@@ -176,6 +176,32 @@ async def test_a_destructive_slash_command_asks_for_confirmation_with_a_picker(
     assert cancelled["status"] == "resolved" and cancelled["value"] == "cancel"
 
 
+async def test_cancelling_the_new_confirmation_ends_its_run_and_the_lane_takes_the_next_send(
+    deployment: Deployment,
+) -> None:
+    phone = await deployment.iris("phone")
+    # Sent the moment a picker command's run ends: Hermes still holds the lane's session
+    # for it (its typing refresh is stopping), and answers /new there and then.
+    reasoning = await iris_send(phone, "android:default", "/reasoning")
+    await frames_of_run(phone, reasoning["run_id"])
+    start = len(phone.frames)
+    ack = await iris_send(phone, "android:default", "/new")
+    picker = await _picker(phone, "confirm", start, timeout=30)
+    await phone.request(
+        {"type": "picker.select", "picker_id": picker["picker_id"], "value": "cancel"}
+    )
+    await phone.wait_for(
+        lambda f: f.get("type") == "message" and "cancelled" in str(f.get("text")), 30, start
+    )
+    finished = await phone.wait_type("run.finished", timeout=30, start=start, run_id=ack["run_id"])
+    assert finished["status"] in ("completed", "cancelled"), finished
+    await phone.wait_for(lambda f: f.get("type") == "typing" and f["on"] is False, 30, start)
+    after = await iris_send(phone, "android:default", "hello again")
+    assert after["type"] == "message.ack", after
+    reply = await frames_of_run(phone, after["run_id"])
+    assert "message.update" in [f["type"] for f in reply] and reply[-1]["status"] == "completed"
+
+
 async def test_a_narrated_two_tool_turn_gives_commentary_and_tool_frames_and_a_clean_reply(
     deployment: Deployment,
 ) -> None:

@@ -35,19 +35,16 @@ async def _turn(client: DeviceClient, text: str, chat_id: str = HOME) -> list[Js
     return await frames_of_run(client, ack["run_id"], start)
 
 
-async def _pick(
-    client: DeviceClient, text: str, kind: str, value: str, chat_id: str = HOME
-) -> Json:
+async def _pick(client: DeviceClient, text: str, kind: str, value: str) -> Json:
     """A message that makes Hermes offer a picker, answered; the resolution."""
     start = len(client.frames)
-    ack = await iris_send(client, chat_id, text)
+    ack = await iris_send(client, HOME, text)
     assert ack["type"] == "message.ack", ack
     picker = await client.wait_type(f"picker.{kind}", timeout=60, start=start)
     resolved = await client.request(
         {"type": "picker.select", "picker_id": picker["picker_id"], "value": value}
     )
-    if kind != "confirm":  # a cancelled confirmation leaves its run open: see below
-        await client.wait_type("run.finished", timeout=90, start=start, run_id=ack["run_id"])
+    await client.wait_type("run.finished", timeout=90, start=start, run_id=ack["run_id"])
     return resolved
 
 
@@ -140,8 +137,7 @@ async def test_the_main_flows_meet_every_server_frame_type_of_the_iris_schema(
     assert (await _pick(phone, "[clarify] a colour", "clarify", "red"))["status"] == "resolved"
     assert (await _pick(phone, "/model", "model", "custom:scripted-model"))["accepted"]
     assert (await _pick(phone, "/reasoning", "choice", "medium"))["value"] == "medium"
-    # In a lane of its own: the run of a /new whose confirmation was cancelled stays open.
-    assert (await _pick(phone, "/new", "confirm", "cancel", chat))["value"] == "cancel"
+    assert (await _pick(phone, "/new", "confirm", "cancel"))["value"] == "cancel"
 
     # History and search over what was said.
     history = await phone.request({"type": "history", "chat_id": HOME, "thread_id": None})

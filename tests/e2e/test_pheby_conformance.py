@@ -467,3 +467,25 @@ async def test_reasoning_effort_is_set_per_conversation_and_invalid_values_are_b
         {"type": "reasoning.current", "conversation_id": conversation_id}
     )
     assert snapshot["enabled"] is False
+
+
+async def test_a_new_whose_typed_confirmation_is_cancelled_ends_its_run_and_the_next_send_works(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()  # Hermes asks to confirm /new
+    client = await deployment.pheby()
+    conversation_id = await default_conversation(client)
+    # Sent the moment a picker command's run ends: Hermes still holds the session for it.
+    await pheby_run(client, conversation_id, "/reasoning")
+    start = len(client.frames)
+    new = await pheby_run(client, conversation_id, "/new", timeout=30)
+    assert new[-1]["status"] == "completed", new[-1]
+    await client.wait_for(
+        lambda f: f.get("type") == "message.complete" and "Confirm /new" in str(f.get("text")),
+        30,
+        start,
+    )
+    cancelled = await pheby_run(client, conversation_id, "/cancel", timeout=30)
+    assert any("cancelled" in str(f.get("text")) for f in cancelled), cancelled
+    reply = await pheby_run(client, conversation_id, "hello again")
+    assert "message.delta" in [f["type"] for f in reply] and reply[-1]["status"] == "completed"

@@ -355,3 +355,14 @@ def test_the_channel_stores_refusals_are_named_as_pheby_names_them(
     assert frame is not None and frame["error"]["code"] == on_pheby
     on_iris = iris.encode_reply(reply)
     assert on_iris is not None and on_iris["error"]["code"] == code
+
+
+def test_a_reply_to_a_request_without_a_request_id_carries_none() -> None:
+    for reply in (
+        {"type": "error", "code": "not_found", "message": "no", "request_id": None},
+        {"type": "channel.list", "request_id": None, "channels": []},
+        {"type": "result", "op": "channel.rename", "request_id": None, "entry": ENTRY},
+    ):
+        for dialect in (pheby, iris):
+            frame = dialect.encode_reply(dict(reply))
+            assert frame is not None and "request_id" not in frame, (dialect, frame)
