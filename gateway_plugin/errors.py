@@ -1,7 +1,8 @@
 """Errors of the plugin.
 
 PluginError             root
-└── CommandError        a command cannot be carried out: answer `code` to the requester
+├── CommandError        a command cannot be carried out: answer `code` to the requester
+└── StorageClosed       a storage job submitted after its thread stopped (storage/thread.py)
 """
 
 from __future__ import annotations
