@@ -96,7 +96,6 @@ def stack(redis_factory: Callable[..., RedisServer], tmp_path: Path) -> Iterator
 
 async def test_the_readme_scaled_block_serves_a_turn_and_an_upload(stack: ReadmeStack) -> None:
     phone = await DeviceClient(f"ws://{stack.edge(0)}/ws").connect()
-    tablet = await DeviceClient(f"ws://{stack.edge(1)}/ws").connect()
     try:
         ack = await phone.hello_iris(stack.token(), "readme-phone")
         assert ack["type"] == "hello.ack", ack
@@ -104,7 +103,13 @@ async def test_the_readme_scaled_block_serves_a_turn_and_an_upload(stack: Readme
         assert sent["type"] == "message.ack", sent
         finished = await phone.wait_type("run.finished", timeout=120, run_id=sent["run_id"])
         assert finished["status"] == "completed"
+    finally:
+        await phone.close()
 
+    # A client says hello as soon as its socket opens (the edge closes a silent one
+    # after 10 s), so the second device connects only once the turn is over.
+    tablet = await DeviceClient(f"ws://{stack.edge(1)}/ws").connect()
+    try:
         assert (await tablet.hello_pheby(stack.token()))["type"] == "ready"
         conversation_id = await default_conversation(tablet)
         body = b"uploaded through edge 2\n" * 100
@@ -118,5 +123,4 @@ async def test_the_readme_scaled_block_serves_a_turn_and_an_upload(stack: Readme
         assert uploaded.status_code == 201, uploaded.text
         assert any(stack.attachments.rglob("*")), "stored in the exported directory"
     finally:
-        await phone.close()
         await tablet.close()
