@@ -71,16 +71,7 @@ class TitleUpgrades:
         except ChannelError:
             return
         if changed:
-            self._emit(
-                [
-                    {
-                        "type": "channel.renamed",
-                        "lane": [entry.chat_id, entry.thread_id],
-                        "conversation_id": entry.conversation_id,
-                        "entry": entry.to_wire(),
-                    }
-                ]
-            )
+            self._emit([entry.event("channel.renamed")])
 
 
 __all__ = ["TitleUpgrades"]

@@ -5,6 +5,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+# How long a statement waits for another connection's write lock (a `hermes cron run`
+# process appending a delivery) before SQLite reports the file locked; storage jobs then
+# retry a few times (locked.py).
+BUSY_TIMEOUT_S = 5.0
+
 
 def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Connection:
     """`path` (its directory made if missing) in WAL mode with `schema` applied.
@@ -14,7 +19,10 @@ def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Con
     WAL mode survives a process crash (kill -9); only power loss can drop the last
     transactions, and the plugin's promise is about process faults."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db = sqlite3.connect(
+        str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+    )
+    db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(schema)
@@ -23,4 +31,4 @@ def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Con
     return db
 
 
-__all__ = ["open_wal"]
+__all__ = ["BUSY_TIMEOUT_S", "open_wal"]
