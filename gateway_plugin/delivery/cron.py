@@ -60,6 +60,31 @@ def cron_message(text: str, job_id: str | None) -> tuple[str, Json | None]:
     return f"[Cron delivery: {name}]\n\n{text[match.end() :]}", job
 
 
+def unsolicited_run(
+    turns: TurnTracker,
+    lane: Lane,
+    entry: ChannelEntry | None,
+    content: str,
+    metadata: dict[str, Any] | None,
+) -> tuple[str, list[Json]]:
+    """Output nobody asked for right now (cron, background), in the gateway: a complete
+    run of its own; its segment id and events. ChannelError for a lane that is unknown or
+    archived (`entry`): never delivered into one."""
+    is_cron = bool((metadata or {}).get("job_id"))
+    if entry is None or entry.archived:
+        where = lane[0] if lane[1] is None else f"{lane[0]}:{lane[1]}"
+        raise ChannelError(f"{where} is {'archived' if entry else 'unknown'}")
+    cron_job = None
+    if is_cron:
+        content, cron_job = cron_message(content, str((metadata or {}).get("job_id")))
+    segment_id, events = turns.complete_run(
+        lane, entry.conversation_id, content, kind="cron" if is_cron else "reply"
+    )
+    if cron_job is not None:
+        events[-2]["cron_job"] = cron_job  # its message.complete
+    return segment_id, events
+
+
 def cron_delivery_events(entry: ChannelEntry, text: str, job_id: str | None) -> list[Json]:
     """A complete run of kind `cron` carrying the delivered text."""
     text, cron = cron_message(text, job_id)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from canonical.model import Json
-from gateway_plugin.controller import CANCEL_GRACE_S
+from gateway_plugin.commands.cancels import CANCEL_GRACE_S
 from scripted_model.scenarios import NARRATE_FINAL_TEXT, SLOW_COMMAND
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, iris_send, pheby_run
