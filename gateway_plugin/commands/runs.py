@@ -23,7 +23,7 @@ from gateway_plugin.attachments.flow import (
 from gateway_plugin.attachments.flow import cmd_check as attachment_check
 from gateway_plugin.attachments.flow import cmd_get as attachment_get
 from gateway_plugin.attachments.flow import cmd_register as attachment_register
-from gateway_plugin.attachments.registry import Attachment
+from gateway_plugin.attachments.record import Attachment
 from gateway_plugin.channels.store import ChannelEntry, ChannelError
 from gateway_plugin.channels.titles import derive_title
 from gateway_plugin.commands.lanes import LaneCommands, lane_of

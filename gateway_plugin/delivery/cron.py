@@ -22,7 +22,8 @@ from canonical.model import Json, Lane
 from canonical.protocol import new_id
 from canonical.settings import GatewaySettings
 from gateway_plugin.attachments.flow import added_event
-from gateway_plugin.attachments.registry import AttachmentError, AttachmentRegistry
+from gateway_plugin.attachments.record import AttachmentError
+from gateway_plugin.attachments.registry import AttachmentRegistry
 from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry, ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.turns import TurnTracker
