@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench import results
-from bench.report import COMMANDS_BEGIN, COMMANDS_END, IMAGES, PAGE, RESULTS, regenerate
+from bench.report import (
+    COMMANDS_BEGIN,
+    COMMANDS_END,
+    IMAGES,
+    PAGE,
+    REPO,
+    RESULTS,
+    regenerate,
+    stale,
+)
 from bench.report_table import BEGIN, END, Sources, quote
 
 COMMITTED = sorted(RESULTS.glob("*.json"))
@@ -131,3 +142,32 @@ def test_a_result_without_its_machine_or_with_a_bare_figure_is_refused() -> None
     assert results.validate({k: v for k, v in doc.items() if k != "machine"}) == ["missing machine"]
     doc["figures"].append({"name": "rate", "value": 1})
     assert results.validate(doc) == ["figures[2] keys ['name', 'value']"]
+
+
+def test_check_names_the_page_and_each_chart_the_results_no_longer_give(tmp_path: Path) -> None:
+    page = tmp_path / "performance.md"
+    text = PAGE.read_text(encoding="utf-8")
+    row = next(line for line in table_lines(text) if "1 user × 100 devices" in line)
+    page.write_text(text.replace(row, row.replace(" | ", " | 1", 1)), encoding="utf-8")
+    images = tmp_path / "perf"
+    shutil.copytree(IMAGES, images)
+    (images / "latency.svg").unlink()
+    assert sorted(stale(RESULTS, page, images)) == ["latency.svg", "performance.md"]
+    assert page.read_text(encoding="utf-8") != text  # --check writes nothing
+    assert stale() == []
+
+
+def test_the_check_command_passes_on_the_committed_page() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.report", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def table_lines(text: str) -> list[str]:
+    section = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ")]
