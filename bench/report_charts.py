@@ -33,7 +33,7 @@ COLOURS = {"ours": "#1b6ac9", "ours-stock": "#7fb0ea", "raw": "#555555", "sio": 
 TARGET = {"color": "#b00020", "linestyle": "--", "linewidth": 1}
 SERVERS = {
     "iris": "ours, iris hello",
-    "iris-stock": "ours, stock path, iris hello",
+    "iris-stock": "stock path, iris hello",
     "pheby": "ours, pheby hello",
     "uvicorn-floor": "uvicorn floor (bare app)",
     "raw": "raw websockets",
