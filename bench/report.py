@@ -95,12 +95,12 @@ QUICK = (
             "--tenant-users=50",
             "--latency-load=5000",
         ),
-        timeout_s=240,
+        timeout_s=300,
     ),
     Bench(
         "connections",
         ("bench/connections.py", "--quick", "--levels=200", "--stock"),
-        timeout_s=120,
+        timeout_s=180,
     ),
     Bench(
         "connections-2-edges",
@@ -112,7 +112,7 @@ QUICK = (
             "--no-raw",
             "--stock",
         ),
-        timeout_s=120,
+        timeout_s=180,
     ),
 )
 

@@ -15,6 +15,9 @@ from bench import results
 from bench.report import IMAGES, PAGE, QUICK, REPO, RESULTS, SET
 from bench.report_table import BEGIN, END, SYSTEMS
 
+# About two minutes; on a loaded machine longer, within each bench's own timeout.
+pytestmark = pytest.mark.timeout(sum(b.timeout_s for b in QUICK) + 120)
+
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
