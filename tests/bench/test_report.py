@@ -23,7 +23,7 @@ from bench.report import (
     regenerate,
     stale,
 )
-from bench.report_table import BEGIN, END, Sources, quote
+from bench.report_table import BEGIN, END, Sources, quote, render_table
 
 COMMITTED = sorted(RESULTS.glob("*.json"))
 
@@ -171,3 +171,36 @@ def test_the_check_command_passes_on_the_committed_page() -> None:
 def table_lines(text: str) -> list[str]:
     section = text.split(BEGIN, 1)[1].split(END, 1)[0]
     return [line for line in section.splitlines() if line.startswith("| ")]
+
+
+def connections(*, switch: bool) -> results.Json:
+    return results.document(
+        results.begin(),
+        bench="connections",
+        parameters={"stock_switch_present": switch},
+        figures=[
+            results.figure(name, value, unit, server=server, devices=5000, processes=1)
+            for server, kib in (("iris", 16.3), ("iris-stock", 23.7), ("raw", 14.5))
+            for name, value, unit in (
+                ("setup_rate", 2000, "set-ups/s"),
+                ("idle_memory_per_connection", kib, "KiB"),
+            )
+        ],
+    )
+
+
+def memory_row(src: Sources) -> list[str]:
+    rows = [line for line in render_table(src).splitlines() if line.startswith("| idle memory")]
+    return [cell.strip() for cell in rows[0].strip("|").split(" | ")]
+
+
+def test_the_stock_paths_memory_is_shown_beside_the_fast_paths_when_it_was_measured() -> None:
+    shown = memory_row(
+        Sources({"fanout": fanout(switch=True), "connections": connections(switch=True)})
+    )
+    assert shown[1:6] == ["16.3", "23.7", "14.5", "—", "≤ 20 KiB"]
+    assert shown[6] == "yes"  # the target is the fast path's
+    without = memory_row(
+        Sources({"fanout": fanout(switch=True), "connections": connections(switch=False)})
+    )
+    assert without[1:5] == ["16.3", "—", "14.5", "—"]
