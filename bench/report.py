@@ -18,8 +18,10 @@ figures is always a change to a result file first. A quick run never touches
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -133,12 +135,27 @@ def run_set(only: list[str], benches: tuple[Bench, ...] = SET, into: Path = RESU
         try:
             code = proc.wait(timeout=bench.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the bench's own group: its servers and clients too
-            proc.wait()
-            code = -9
+            code = stop_bench(proc)
+            print(f"== {bench.result}: timed out after {bench.timeout_s:.0f} s")
         print(f"== {bench.result}: exit {code} after {time.monotonic() - started:.0f} s")
         failed += code != 0
     return failed
+
+
+def stop_bench(proc: subprocess.Popen[bytes]) -> int:
+    """Stop a bench past its timeout. SIGINT first: its ``finally`` blocks and exit hooks
+    stop what it started in sessions of their own (edges, redis-server, peers, child
+    roles), which a signal to its process group would not reach; then SIGKILL to its group
+    if it is still there after a minute."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return -signal.SIGINT
 
 
 def commands(benches: tuple[Bench, ...] = SET) -> str:
