@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -38,9 +39,11 @@ from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.turns import Run, TurnTracker, classify, is_final, notice_events
 from gateway_plugin.hermes.transcript import Transcript
 from gateway_plugin.jobs import JobQueue
+from gateway_plugin.loop_probe import LoopProbe
 from gateway_plugin.ports import AgentPort
 from gateway_plugin.push.policy import PushScheduler, push_submitter
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
+from gateway_plugin.storage.threads import Storage, refresh_channels
 
 log = logging.getLogger("hdg.plugin")
 
@@ -77,7 +80,12 @@ class Controller:
         self.data_dir = data_dir
         self.agent = agent
         self.outbox = Outbox(data_dir / "outbox.db")
-        self.channels = ChannelDirectory(data_dir / "channels.db", settings.home_channel)
+        # SQLite work runs on these threads; the loop only awaits (storage/threads.py).
+        self.storage = Storage()
+        self.channels = ChannelDirectory(
+            data_dir / "channels.db", settings.home_channel, refresh_on_read=False
+        )
+        self.loop_probe = LoopProbe() if settings.loop_probe else None
         self.devices = DeviceRegistry(data_dir / "devices.db")
         self.attachments = AttachmentRegistry(
             data_dir / "attachments.db",
@@ -122,7 +130,9 @@ class Controller:
 
     # -- lifecycle
     async def start(self) -> None:
-        self.channels.ensure_default()
+        if self.loop_probe is not None:
+            self.loop_probe.start()
+        await self.storage.channels.run(self.channels.ensure_default)
         self.prefs.restore_yolo()
         await self.jobs.start()
         self.push.submit = push_submitter(self.settings, self.jobs)
@@ -151,6 +161,10 @@ class Controller:
             asyncio.create_task(upkeep.attachment_retention(self), name="hdg-attachment-retention"),
             asyncio.create_task(self._external_appends(), name="hdg-external-appends"),
             asyncio.create_task(upkeep.expiry_sweep(self), name="hdg-expiry-sweep"),
+            asyncio.create_task(
+                refresh_channels(self.channels.refresh, self.storage.channels),
+                name="hdg-channels-refresh",
+            ),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
 
@@ -191,11 +205,14 @@ class Controller:
         self._tasks = []
         if everything_published:
             self.outbox.set_meta(PUBLISHED_UPTO, str(self.outbox.head()))
+        self.storage.stop()  # what is queued runs first
         self.outbox.close()
         self.channels.close()
         self.search.close()
         self.devices.close()
         self.attachments.close()
+        if self.loop_probe is not None:
+            await self.loop_probe.stop()
 
     # -- events out
     def emit(self, events: list[Json]) -> list[Json]:
@@ -636,8 +653,10 @@ class Controller:
         if not title or not self.running:
             return
         try:
-            entry, changed = self.channels.rename(lane[0], lane[1], title, "llm")
-        except ChannelError:
+            entry, changed = await self.storage.channels.run(
+                self.channels.rename, lane[0], lane[1], title, "llm"
+            )
+        except (ChannelError, sqlite3.Error):
             return
         if changed:
             self.emit(

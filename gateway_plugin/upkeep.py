@@ -46,7 +46,7 @@ async def outbox_retention(c: Controller) -> None:
 async def attachment_retention(c: Controller) -> None:
     while True:
         try:
-            await asyncio.to_thread(c.attachments.cleanup)
+            await c.storage.attachments.run(c.attachments.cleanup)
         except Exception:
             log.exception("attachment cleanup failed; retrying in an hour")
         await asyncio.sleep(ATTACHMENT_CLEANUP_S)

@@ -209,17 +209,24 @@ def fts_rows(
     return rows
 
 
-def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> list[SearchRow]:
-    """Newest matches of a plain filter, with the whole content and rank 0.0."""
+def newest_rows(
+    conn: sqlite3.Connection, where: SearchFilter, limit: int, scan_rows: int | None = None
+) -> list[SearchRow]:
+    """Newest matches of a plain filter, with the whole content and rank 0.0; with
+    `scan_rows`, among the newest `scan_rows` messages only (a bounded scan)."""
+    sql, params = where.sql, list(where.params)
+    if scan_rows is not None:
+        sql += " AND m.id > (SELECT coalesce(max(id), 0) FROM messages) - ?"
+        params.append(int(scan_rows))
     rows: list[SearchRow] = (
         _tuples(conn)
         .execute(
             f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
                    m.timestamp, m.session_id, 0.0
             FROM messages m JOIN sessions s ON s.id = m.session_id
-            WHERE {where.sql}
+            WHERE {sql}
             ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
-            [*where.params, limit],
+            [*params, limit],
         )
         .fetchall()
     )
