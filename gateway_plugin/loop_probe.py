@@ -82,7 +82,14 @@ class LoopProbe:
         self.slowest = []
 
     def figures(self) -> LagFigures:
-        ordered = sorted(self.lags)
+        """The figures so far; safe from another thread (a metrics scrape)."""
+        ordered: list[float] = []
+        for _ in range(5):
+            try:
+                ordered = sorted(self.lags)
+                break
+            except RuntimeError:  # the loop appended meanwhile
+                continue
         return LagFigures(
             len(ordered),
             _quantile(ordered, 0.5) * 1000,

@@ -39,6 +39,11 @@ class _PluginCollector(Collector):
         devices = GaugeMetricFamily(
             "hdg_plugin_devices", "Devices in the registry.", labels=["tenant", "state"]
         )
+        lag = GaugeMetricFamily(
+            "hdg_plugin_loop_lag_seconds",
+            "How late the gateway's event loop woke a 1 ms sleep (ANDROID_LOOP_PROBE).",
+            labels=["tenant", "stat"],
+        )
         for controller in list(_CONTROLLERS):
             if not controller.running:
                 continue
@@ -49,10 +54,19 @@ class _PluginCollector(Collector):
                 runs.add_metric([tenant], len(controller.turns.runs))
                 for state, count in controller.devices.counts().items():
                     devices.add_metric([tenant, state], count)
+                if controller.loop_probe is not None:
+                    figures = controller.loop_probe.figures()
+                    for stat, ms in (
+                        ("p50", figures.p50_ms),
+                        ("p99", figures.p99_ms),
+                        ("max", figures.max_ms),
+                    ):
+                        lag.add_metric([tenant, stat], ms / 1000)
         yield head
         yield queue
         yield runs
         yield devices
+        yield lag
 
 
 REGISTRY.register(_PluginCollector())
