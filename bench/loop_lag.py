@@ -143,6 +143,26 @@ async def load(url: str, base: str, token: str, devices: int, until: float) -> d
     return counts
 
 
+async def warm_up(url: str, token: str) -> None:
+    """One turn before the load: Hermes builds its agent on the first message (seconds of
+    imports and set-up on its loop, once per process), which is no steady-state lag."""
+    client = await DeviceClient(url).connect()
+    try:
+        await client.hello_iris(token, "lag-warm-up")
+        start = len(client.frames)
+        await client.send(
+            {
+                "type": "message.send",
+                "chat_id": "android:default",
+                "text": "warm up",
+                "client_id": "w",
+            }
+        )
+        await client.wait_type("run.finished", timeout=120, start=start)
+    finally:
+        await client.close()
+
+
 def _start_locker(*paths: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", LOCKER, *map(str, paths)])
 
@@ -165,6 +185,7 @@ async def measure(label: str, tree: Path, state_db: Path, options: argparse.Name
         if options.locks:
             locker = _start_locker(data / "channels.db", data / "outbox.db")
         url, base = f"ws://127.0.0.1:{port}/ws", f"http://127.0.0.1:{port}"
+        await warm_up(url, token)
         until = time.monotonic() + options.seconds
         loading = asyncio.ensure_future(load(url, base, token, options.devices, until))
         await asyncio.sleep(3.0)  # connected and under way: measure from here
@@ -193,6 +214,7 @@ async def measure(label: str, tree: Path, state_db: Path, options: argparse.Name
         "tree": str(tree),
         "lag": lag,
         "slowest": probe["slowest"],
+        "places": probe.get("places", []),
         "load": counts,
     }
 

@@ -29,12 +29,32 @@ def _load_probe() -> Any:
     return module
 
 
+def _sampler(counts: dict[str, int]) -> None:
+    """Where every other thread is, every 10 ms: the busiest places name what competes
+    with the loop for the GIL."""
+    me = threading.get_ident()
+    names = {t.ident: t.name for t in threading.enumerate()}
+    while True:
+        time.sleep(0.01)
+        for ident, frame in sys._current_frames().items():
+            if ident == me:
+                continue
+            if ident not in names:
+                names = {t.ident: t.name for t in threading.enumerate()}
+            code = frame.f_code
+            where = f"{names.get(ident, ident)} {Path(code.co_filename).name}:{code.co_name}:{frame.f_lineno}"
+            counts[where] = counts.get(where, 0) + 1
+
+
 def _writer(probe: Any, loop: asyncio.AbstractEventLoop, out: Path) -> None:
     reset = out.with_name(out.name + ".reset")
+    places: dict[str, int] = {}
+    threading.Thread(target=_sampler, args=(places,), daemon=True, name="lag-sampler").start()
     while True:
         time.sleep(0.5)
         if reset.exists():
             reset.unlink()
+            places.clear()
             loop.call_soon_threadsafe(probe.reset)
             continue
         try:
@@ -43,7 +63,8 @@ def _writer(probe: Any, loop: asyncio.AbstractEventLoop, out: Path) -> None:
         except RuntimeError:  # the deque moved under us: next round
             continue
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps({"lag": figures, "slowest": slowest}))
+        busiest = sorted(dict(places).items(), key=lambda kv: -kv[1])[:25]
+        tmp.write_text(json.dumps({"lag": figures, "slowest": slowest, "places": busiest}))
         tmp.replace(out)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
 
 Kind = Literal["default", "channel", "thread"]
 NameSource = Literal["derived", "llm", "user"]
@@ -171,7 +172,7 @@ class ChannelDirectory:
         home_chat_id: str = "android:default",
         *,
         refresh_on_read: bool = True,
-        busy_timeout_s: float = 5.0,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
     ) -> None:
         self.home_chat_id = home_chat_id
         # Minted ids share the home channel's platform prefix ("android:chan_7").

@@ -5,16 +5,24 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+BUSY_TIMEOUT_S = 5.0
 
-def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Connection:
+
+def open_wal(
+    path: Path, schema: str, version: int | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> sqlite3.Connection:
     """`path` (its directory made if missing) in WAL mode with `schema` applied.
 
     One connection shared by the owner's threads (callers serialise with their own lock);
     autocommit, so callers write their own BEGIN IMMEDIATE … COMMIT. synchronous=NORMAL in
     WAL mode survives a process crash (kill -9); only power loss can drop the last
-    transactions, and the plugin's promise is about process faults."""
+    transactions, and the plugin's promise is about process faults. Another process holding
+    the write lock makes a statement wait up to `busy_timeout_s`, then fail ("database is
+    locked"): on a storage thread, never on the event loop."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+    db = sqlite3.connect(
+        str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s
+    )
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(schema)
@@ -23,4 +31,4 @@ def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Con
     return db
 
 
-__all__ = ["open_wal"]
+__all__ = ["BUSY_TIMEOUT_S", "open_wal"]

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
 from gateway_plugin.storage.thread import ReadPool, StorageThread
 
 log = logging.getLogger("gateway_plugin.storage")
@@ -29,7 +30,6 @@ log = logging.getLogger("gateway_plugin.storage")
 P = ParamSpec("P")
 T = TypeVar("T")
 
-BUSY_TIMEOUT_S = 5.0
 # How often channels.db's thread looks for another process's changes (data_version).
 REFRESH_S = 1.0
 
