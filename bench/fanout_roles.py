@@ -200,7 +200,7 @@ async def producer_ours_main(redis_url: str, tenants: int, run_id: str) -> None:
             result["emit_cpu_s"] = round(spent[0], 3)
             # The doorbell queue drains asynchronously: wait (bounded) for it.
             for _ in range(500):
-                if all(c._publish_queue.empty() for c in controllers):
+                if all(c.publisher.idle() for c in controllers):
                     break
                 await asyncio.sleep(0.01)
             result["ranges"] = {f"t{t}": [first[t], last[t]] for t in first}

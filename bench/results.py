@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-Json = dict[str, Any]
+from canonical.model import Json
 
 SCHEMA = 1
 REPO = Path(__file__).resolve().parents[1]

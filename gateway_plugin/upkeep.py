@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from canonical.errors import BusUnavailable
 from gateway_plugin.attachments.registry import CLEANUP_PERIOD_S as ATTACHMENT_CLEANUP_S
+from gateway_plugin.commands import once as command_once
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -39,8 +41,25 @@ async def heartbeat(c: Controller) -> None:
 
 async def outbox_retention(c: Controller) -> None:
     while True:
-        c.trim_outbox()
+        trim_outbox(c)
         await asyncio.sleep(RETENTION_PERIOD_S)
+
+
+def trim_outbox(c: Controller, now: float | None = None) -> int:
+    """Events and idempotency records past retention, and command records past the
+    command window."""
+    cutoff = (now or time.time()) - c.settings.outbox_retention_hours * 3600
+    trimmed = c.outbox.trim(cutoff)
+    if trimmed:
+        log.info("outbox retention trimmed %d events", trimmed)
+    c.outbox.prune_processed(command_once.record_cutoff(now or time.time(), c.command_window_s()))
+    return trimmed
+
+
+def expire_stale(c: Controller) -> None:
+    """Pickers past their expiry, and titles awaited for runs that are gone."""
+    c.desk.expire_due()
+    c.titles.pending.prune(lambda lane: c.turns.active(lane) is not None)
 
 
 async def attachment_retention(c: Controller) -> None:
@@ -56,7 +75,7 @@ async def expiry_sweep(c: Controller) -> None:
     while True:
         await asyncio.sleep(EXPIRY_SWEEP_S)
         try:
-            c.expire_stale()
+            expire_stale(c)
         except Exception:  # a locked outbox: the next sweep retries
             log.exception("expiring stale pickers failed; retrying")
 

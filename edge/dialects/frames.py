@@ -9,7 +9,7 @@ exactly which fields this server sends and accepts.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, NotRequired
+from typing import Annotated, Literal, NotRequired
 
 from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
@@ -39,7 +39,6 @@ Scope = Literal["conversation", "global"]
 ApprovalChoice = Literal["once", "session", "always", "deny"]
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
 AttachmentKind = Literal["image", "voice", "video", "audio", "document"]
-Json = dict[str, Any]
 
 
 @closed

@@ -4,10 +4,11 @@ hello is refused (closed with 4403)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
+from canonical.model import Json
 from canonical.protocol import error_body
 from gateway_plugin.access.admin import CLOSE_REVOKED
 from gateway_plugin.access.devices import Hello
@@ -18,7 +19,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hdg.plugin.admin")
 
-Json = dict[str, Any]
 
 HELLO_REFUSED = Counter(
     "hdg_plugin_hello_refused_total", "Iris hellos refused by the plugin.", ["reason"]

@@ -50,7 +50,7 @@ class _PluginCollector(Collector):
             tenant = controller.tenant
             with contextlib.suppress(Exception):  # closing concurrently: skip this scrape
                 head.add_metric([tenant], controller.outbox.head())
-                queue.add_metric([tenant], controller._publish_queue.qsize())
+                queue.add_metric([tenant], controller.publisher.queue.qsize())
                 runs.add_metric([tenant], len(controller.turns.runs))
                 for state, count in controller.devices.counts().items():
                     devices.add_metric([tenant, state], count)

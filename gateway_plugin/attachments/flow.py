@@ -18,13 +18,8 @@ from canonical import attachments as spec
 from canonical.model import Json, Lane
 from canonical.protocol import now_iso
 from gateway_plugin.attachments import media_jobs
-from gateway_plugin.attachments.registry import (
-    CLOCK_SKEW_S,
-    Attachment,
-    AttachmentError,
-    AttachmentRegistry,
-    StageMedia,
-)
+from gateway_plugin.attachments.record import Attachment, AttachmentError
+from gateway_plugin.attachments.registry import CLOCK_SKEW_S, AttachmentRegistry, StageMedia
 from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:

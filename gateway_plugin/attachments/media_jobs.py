@@ -17,7 +17,7 @@ from canonical.model import Json
 from canonical.protocol import now_iso
 
 if TYPE_CHECKING:
-    from gateway_plugin.attachments.registry import Attachment
+    from gateway_plugin.attachments.record import Attachment
     from gateway_plugin.controller import Controller
 
 log = logging.getLogger("hdg.plugin.media")

@@ -1,12 +1,13 @@
-"""Attachments in the plugin: the registry (``attachments.db``), claims and retention.
-What sends, the agent and the bus commands do with it is in ``attachment_flow``.
+"""The attachment registry (``attachments.db``): which attachment ids exist, their
+conversation, whether a send has claimed them, when they expire; registration of
+uploads, resolution of downloads, claims, the agent's deliverables and retention.
+What sends, the agent and the bus commands do with it is in ``flow.py``; the record
+type is in ``record.py``, the files themselves in ``files.py``.
 
-The registry is the authority on attachment ids: which exist, their conversation, whether
-a send has claimed them, when they expire. Files live in the deployment's shared storage
-(``canonical.attachments`` describes the layout); edges write inbound bodies there and ask
-this registry, over the bus, to record them (``attachment.register``) and to resolve a
-download (``attachment.get``). Nothing here imports Hermes: the controller reaches it
-through ``AgentPort.stage_media``.
+Files live in the deployment's shared storage (``canonical.attachments`` describes the
+layout); edges write inbound bodies there and ask this registry, over the bus, to record
+them (``attachment.register``) and to resolve a download (``attachment.get``). Nothing
+here imports Hermes: the controller reaches it through ``AgentPort.stage_media``.
 
 A send claims its attachments after the ``run_active`` check, right after the outbox
 transaction that records the run, with no await in between (the controller handles one
@@ -18,22 +19,24 @@ claims them again before dispatching.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import os
-import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from canonical import attachments as spec
-from canonical.model import Json, Lane
-from canonical.protocol import iso_from_unix, new_id
+from gateway_plugin.attachments.files import AttachmentFiles, read_head
 from gateway_plugin.attachments.media_jobs import drop_outputs
-from gateway_plugin.errors import CommandError
+from gateway_plugin.attachments.record import (
+    COLUMN_COUNT,
+    COLUMNS,
+    Attachment,
+    AttachmentError,
+    from_row,
+    to_row,
+)
 from gateway_plugin.storage.sqlite_file import open_wal
 
 if TYPE_CHECKING:
@@ -45,10 +48,6 @@ StageMedia = Callable[[Path, str, str], Awaitable[tuple[str, str]]]
 
 DAY_S = 86400.0
 CLEANUP_PERIOD_S = 3600.0
-INCOMING_TTL_S = 3600.0  # an HTTP body an edge never registered (the edge died mid-way)
-UPLOAD_TTL_S = DAY_S  # a resumable iris upload nobody finished
-ORPHAN_TTL_S = 3600.0  # a file whose registration never happened
-COPY_BLOCK = 1024 * 1024
 CLOCK_SKEW_S = 5.0  # Hermes stores the user turn a moment after the send is recorded
 
 _SCHEMA = """
@@ -82,82 +81,6 @@ CREATE TABLE IF NOT EXISTS sends (
 );
 CREATE INDEX IF NOT EXISTS sends_conversation ON sends(conversation_id, created);
 """
-_COLUMNS = (
-    "attachment_id, direction, conversation_id, chat_id, thread_id, filename, mime_type, size, "
-    "sha256, kind, inline_image, created, expires, message_id, run_id, claim_key"
-)
-
-
-class AttachmentError(CommandError):
-    """An attachment cannot be used as asked; ``code`` goes to the requester."""
-
-
-@dataclass(frozen=True)
-class Attachment:
-    attachment_id: str
-    direction: str
-    conversation_id: str
-    chat_id: str
-    thread_id: str | None
-    filename: str
-    mime_type: str
-    size: int
-    sha256: str
-    kind: str
-    inline_image: bool
-    created: float
-    expires: float | None
-    message_id: str | None
-    run_id: str | None
-    claim_key: str | None
-
-    @property
-    def lane(self) -> Lane:
-        return (self.chat_id, self.thread_id)
-
-    def descriptor(self, message_id: str | None = None) -> Json:
-        """The wire descriptor (pheby spec); ``message_id`` overrides the stored anchor."""
-        return {
-            "attachment_id": self.attachment_id,
-            "filename": self.filename,
-            "mime_type": self.mime_type,
-            "size": self.size,
-            "kind": self.kind,
-            "inline_image": self.inline_image,
-            "direction": self.direction,
-            "conversation_id": self.conversation_id,
-            "message_id": message_id if message_id is not None else self.message_id,
-            "created_at": iso_from_unix(self.created),
-            "expires_at": iso_from_unix(self.expires),
-            "download_path": f"/attachments/{self.attachment_id}",
-        }
-
-
-def _row(row: sqlite3.Row | tuple[Any, ...]) -> Attachment:
-    values = tuple(row)
-    return Attachment(
-        attachment_id=values[0],
-        direction=values[1],
-        conversation_id=values[2],
-        chat_id=values[3],
-        thread_id=values[4],
-        filename=values[5],
-        mime_type=values[6],
-        size=int(values[7]),
-        sha256=values[8],
-        kind=values[9],
-        inline_image=bool(values[10]),
-        created=float(values[11]),
-        expires=None if values[12] is None else float(values[12]),
-        message_id=values[13],
-        run_id=values[14],
-        claim_key=values[15],
-    )
-
-
-def _read_head(path: Path, size: int = 16) -> bytes:
-    with path.open("rb") as fh:
-        return fh.read(size)
 
 
 class AttachmentRegistry:
@@ -173,10 +96,10 @@ class AttachmentRegistry:
         max_bytes: int = 64 * 1024 * 1024,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self.files = AttachmentFiles(storage_root, tenant)
         self.storage_root = storage_root
         self.tenant = tenant
-        self.directory = spec.tenant_dir(storage_root, tenant)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = self.files.directory
         self.retention_s = retention_days * DAY_S
         self.max_bytes = max_bytes
         self.clock = clock
@@ -189,7 +112,7 @@ class AttachmentRegistry:
 
     # -- paths and times
     def path_of(self, attachment_id: str) -> Path:
-        return spec.attachment_path(self.storage_root, self.tenant, attachment_id)
+        return self.files.path_of(attachment_id)
 
     def _expires(self, now: float) -> float | None:
         return None if self.retention_s <= 0 else now + self.retention_s
@@ -197,33 +120,16 @@ class AttachmentRegistry:
     def _insert(self, record: Attachment) -> None:
         with self._lock:
             self._db.execute(
-                f"INSERT INTO attachments({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
-                (
-                    record.attachment_id,
-                    record.direction,
-                    record.conversation_id,
-                    record.chat_id,
-                    record.thread_id,
-                    record.filename,
-                    record.mime_type,
-                    record.size,
-                    record.sha256,
-                    record.kind,
-                    int(record.inline_image),
-                    record.created,
-                    record.expires,
-                    record.message_id,
-                    record.run_id,
-                    record.claim_key,
-                ),
+                f"INSERT INTO attachments({COLUMNS}) VALUES ({', '.join('?' * COLUMN_COUNT)})",
+                to_row(record),
             )
 
     def _select(self, where: str, params: Sequence[Any]) -> list[Attachment]:
         with self._lock:
             rows = self._db.execute(
-                f"SELECT {_COLUMNS} FROM attachments WHERE {where}", tuple(params)
+                f"SELECT {COLUMNS} FROM attachments WHERE {where}", tuple(params)
             ).fetchall()
-        return [_row(r) for r in rows]
+        return [from_row(r) for r in rows]
 
     # -- inbound
     def register_inbound(
@@ -252,7 +158,7 @@ class AttachmentRegistry:
             raise AttachmentError("too_large", "the file is larger than the upload limit")
         name = spec.sanitize_filename(filename)
         mime = spec.guess_mime(name, mime_type)
-        kind, inline = spec.classify(mime, _read_head(path))
+        kind, inline = spec.classify(mime, read_head(path))
         now = self.clock()
         record = Attachment(
             attachment_id,
@@ -402,59 +308,22 @@ class AttachmentRegistry:
 
         Blocking (it copies): call it in a thread. The source is never modified.
         """
-        try:
-            stat = source.stat()
-        except OSError:
-            raise AttachmentError("not_found", "the file to deliver does not exist") from None
-        if not source.is_file():
-            raise AttachmentError("bad_request", "only regular files can be delivered")
-        if stat.st_size > self.max_bytes:
-            raise AttachmentError("too_large", "the file is larger than the attachment limit")
-        attachment_id = new_id()
-        target = self.path_of(attachment_id)
-        partial = target.with_name(attachment_id + ".part")
-        digest = hashlib.sha256()
-        size = 0
-        head = b""
-        try:
-            if move:
-                with source.open("rb") as fh:
-                    while block := fh.read(COPY_BLOCK):
-                        head = head or block[:16]
-                        digest.update(block)
-                        size += len(block)
-                os.replace(source, target)
-            else:
-                with source.open("rb") as src, partial.open("wb") as dst:
-                    while block := src.read(COPY_BLOCK):
-                        head = head or block[:16]
-                        size += len(block)
-                        if size > self.max_bytes:
-                            raise AttachmentError(
-                                "too_large", "the file is larger than the attachment limit"
-                            )
-                        digest.update(block)
-                        dst.write(block)
-                os.replace(partial, target)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                partial.unlink()
-            raise
+        stored = self.files.store(source, max_bytes=self.max_bytes, move=move)
         name = spec.sanitize_filename(filename or source.name)
         mime = spec.guess_mime(name)
-        classified, inline = spec.classify(mime, head, voice=kind == "voice")
+        classified, inline = spec.classify(mime, stored.head, voice=kind == "voice")
         final_kind = kind if kind in spec.KINDS else classified
         now = self.clock()
         record = Attachment(
-            attachment_id,
+            stored.attachment_id,
             "outbound",
             entry.conversation_id,
             entry.chat_id,
             entry.thread_id,
             name,
             mime,
-            size,
-            digest.hexdigest(),
+            stored.size,
+            stored.sha256,
             final_kind,
             inline and final_kind == "image",
             now,
@@ -467,7 +336,7 @@ class AttachmentRegistry:
             self._insert(record)
         except BaseException:
             with contextlib.suppress(OSError):
-                target.unlink()
+                stored.path.unlink()
             raise
         return record
 
@@ -505,9 +374,7 @@ class AttachmentRegistry:
         expired = {
             r.attachment_id for r in self._select("expires IS NOT NULL AND expires <= ?", (now,))
         }
-        for attachment_id in expired:
-            with contextlib.suppress(FileNotFoundError):
-                self.path_of(attachment_id).unlink()
+        self.files.remove(expired)
         known = {r.attachment_id for r in self._select("1 = 1", ())} - expired
         missing = {i for i in known if not self.path_of(i).exists()}
         with self._lock:
@@ -532,44 +399,8 @@ class AttachmentRegistry:
             "orphans": 0,
             "previews": drop_outputs(self.directory, expired | missing),
         }
-        counts["partial"] += _sweep(
-            spec.incoming_dir(self.storage_root, self.tenant), now - INCOMING_TTL_S
-        )
-        counts["partial"] += _sweep(
-            spec.uploads_dir(self.storage_root, self.tenant), now - UPLOAD_TTL_S
-        )
-        for path in self.directory.iterdir():
-            name = path.name
-            stem = name.removesuffix(".part")
-            if not path.is_file() or not spec.valid_id(stem):
-                continue
-            if (name == stem and name in known) or _newer(path, now - ORPHAN_TTL_S):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                counts["orphans"] += 1
+        counts["partial"] += self.files.sweep_partials(now)
+        counts["orphans"] += self.files.sweep_orphans(now, known)
         if any(counts.values()):
             log.info("attachment retention: %s", counts)
         return counts
-
-
-def _newer(path: Path, cutoff: float) -> bool:
-    try:
-        return path.stat().st_mtime > cutoff
-    except FileNotFoundError:
-        return True
-
-
-def _sweep(directory: Path, cutoff: float) -> int:
-    if not directory.is_dir():
-        return 0
-    removed = 0
-    for path in directory.iterdir():
-        if path.is_file() and not _newer(path, cutoff):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-                removed += 1
-    return removed
-
-
-# -- events

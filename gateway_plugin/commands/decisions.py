@@ -68,7 +68,7 @@ class DecisionDesk:
         duration_ms: Any,
         error: Any,
     ) -> None:
-        if lane in self.c.cancelled:
+        if lane in self.c.cancels.cancelled:
             # Ended by the run's cancel (a killed command exits 130, which Hermes reports
             # as a normal result): its result goes nowhere.
             status = "cancelled"

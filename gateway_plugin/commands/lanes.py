@@ -272,7 +272,7 @@ class LaneCommands:
         # A run still streaming into what was deleted is stopped, not left to run on.
         for lane, run in list(self.c.turns.runs.items()):
             if lane[0] == entry.chat_id and (entry.thread_id is None or lane[1] == entry.thread_id):
-                await self.c.cancel_run(lane, run, str(command.get("device_id")))
+                await self.c.cancels.cancel_run(lane, run, str(command.get("device_id")))
 
     async def cmd_channel_set_automation(self, command: Json, args: cmds.ChannelToggleArgs) -> None:
         entry = await self._write(self.c.channels.set_automation, args["chat_id"], args["on"])

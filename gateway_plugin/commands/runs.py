@@ -23,7 +23,7 @@ from gateway_plugin.attachments.flow import (
 from gateway_plugin.attachments.flow import cmd_check as attachment_check
 from gateway_plugin.attachments.flow import cmd_get as attachment_get
 from gateway_plugin.attachments.flow import cmd_register as attachment_register
-from gateway_plugin.attachments.registry import Attachment
+from gateway_plugin.attachments.record import Attachment
 from gateway_plugin.channels.store import ChannelEntry, ChannelError
 from gateway_plugin.channels.titles import derive_title
 from gateway_plugin.commands.lanes import LaneCommands, lane_of
@@ -270,13 +270,13 @@ class CommandHandler:
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
                 # Upgraded with the model's title once the first exchange is done.
-                self.c.pending_titles.add(lane_of(entry), text)
+                self.c.titles.pending.add(lane_of(entry), text)
         try:
             await self._send(command, args, entry, text)
         finally:
             if self.c.turns.active(lane_of(entry)) is None:
                 # Its run was refused, failed to start or already ended: no title to await.
-                self.c.pending_titles.take(lane_of(entry))
+                self.c.titles.pending.take(lane_of(entry))
 
     async def _claimable(self, ids: list[str], entry: ChannelEntry, a: bool) -> list[Attachment]:
         check = self.c.attachments.validate_claim
@@ -369,7 +369,7 @@ class CommandHandler:
             await self._ack_send(command, result)
             if text.split(maxsplit=1)[0].lower() == "/stop":
                 # The run's cancel, whichever way it is asked for (see cmd_run_cancel).
-                await self.c.cancel_run(lane, active, device_id)
+                await self.c.cancels.cancel_run(lane, active, device_id)
                 if key is not None:
                     self.c.outbox.mark_dispatched(key)
                 return
@@ -471,7 +471,7 @@ class CommandHandler:
         lane = lane_of(entry)
         run = self.c.turns.active(lane)
         if run is not None and run.run_id == run_id:
-            self.c.forget_cancel(lane, run_id)
+            self.c.cancels.forget_cancel(lane, run_id)
             self.c.emit(self.c.turns.finish(lane, "failed", error))
             self.c.outbox.finish_run(run_id)
 
@@ -482,7 +482,7 @@ class CommandHandler:
         wanted = args["run_id"]
         if run is None or (wanted is not None and wanted != run.run_id):
             raise CommandError("not_found", "no such active run")
-        await self.c.cancel_run(lane, run, str(command.get("device_id")))
+        await self.c.cancels.cancel_run(lane, run, str(command.get("device_id")))
 
     # -- attachments: requests from the edges (HTTP uploads and downloads, iris media)
     async def cmd_attachment_check(self, command: Json, args: Json) -> None:

@@ -22,7 +22,8 @@ from canonical.model import Json, Lane
 from canonical.protocol import new_id
 from canonical.settings import GatewaySettings
 from gateway_plugin.attachments.flow import added_event
-from gateway_plugin.attachments.registry import AttachmentError, AttachmentRegistry
+from gateway_plugin.attachments.record import AttachmentError
+from gateway_plugin.attachments.registry import AttachmentRegistry
 from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry, ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.turns import TurnTracker
@@ -57,6 +58,31 @@ def cron_message(text: str, job_id: str | None) -> tuple[str, Json | None]:
     name = match.group("name").strip()
     job = {"id": match.group("id").strip(), "name": name}
     return f"[Cron delivery: {name}]\n\n{text[match.end() :]}", job
+
+
+def unsolicited_run(
+    turns: TurnTracker,
+    lane: Lane,
+    entry: ChannelEntry | None,
+    content: str,
+    metadata: dict[str, Any] | None,
+) -> tuple[str, list[Json]]:
+    """Output nobody asked for right now (cron, background), in the gateway: a complete
+    run of its own; its segment id and events. ChannelError for a lane that is unknown or
+    archived (`entry`): never delivered into one."""
+    is_cron = bool((metadata or {}).get("job_id"))
+    if entry is None or entry.archived:
+        where = lane[0] if lane[1] is None else f"{lane[0]}:{lane[1]}"
+        raise ChannelError(f"{where} is {'archived' if entry else 'unknown'}")
+    cron_job = None
+    if is_cron:
+        content, cron_job = cron_message(content, str((metadata or {}).get("job_id")))
+    segment_id, events = turns.complete_run(
+        lane, entry.conversation_id, content, kind="cron" if is_cron else "reply"
+    )
+    if cron_job is not None:
+        events[-2]["cron_job"] = cron_job  # its message.complete
+    return segment_id, events
 
 
 def cron_delivery_events(entry: ChannelEntry, text: str, job_id: str | None) -> list[Json]:

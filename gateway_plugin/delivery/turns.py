@@ -40,6 +40,13 @@ _REASONING_QUOTE = re.compile(r"^> 💭 \*\*Reasoning:\*\*\n((?:>.*\n)*)\n", re.
 _REASONING_SUBTEXT = re.compile(r"^-# 💭 Reasoning\n((?:-#.*\n)*)\n", re.DOTALL)
 
 
+def final_send(content: str, metadata: dict[str, Any] | None) -> bool:
+    """Whether Hermes will edit this send again: its stream consumer flags the messages
+    it will edit (`expect_edits`), unless it sends one already whole (`notify`)."""
+    meta = metadata or {}
+    return is_final(content) and (not meta.get("expect_edits") or bool(meta.get("notify")))
+
+
 def split_reasoning(content: str) -> tuple[str | None, str]:
     """Hermes' `show_reasoning` prefix (any of its three styles) split off the reply text."""
     for pattern, prefix in (

@@ -116,7 +116,7 @@ class AndroidAdapter(
         store = getattr(self, "_session_store", None)
         try:
             kept_out = await asyncio.to_thread(
-                hr.keep_resumes_of, store, self.controller.unfinished_lanes()
+                hr.keep_resumes_of, store, self.controller.orphans.unfinished_lanes()
             )
         except Exception:
             log.exception("could not narrow Hermes' start-up resume to unfinished runs")
@@ -330,7 +330,7 @@ class AndroidAdapter(
         if run_id is not None:
             event.metadata[HOOKED] = True
         self.controller.on_processing_start(lane, run_id)
-        if run_id is not None and self.controller.cancelled.get(lane) == run_id:
+        if run_id is not None and self.controller.cancels.cancelled.get(lane) == run_id:
             # Cancelled before Hermes took it up (it waited behind another turn, whose
             # signal Hermes clears): this turn starts interrupted.
             await self.interrupt(lane, user_id=str(event.source.user_id or "device"))

@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Lane
 from canonical.protocol import new_id
 from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes import runner as hr
@@ -18,7 +19,6 @@ from gateway_plugin.hermes import runner as hr
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
-Lane = tuple[str, str | None]
 Metadata = dict[str, Any] | None
 SendResult = hb.SendResult
 

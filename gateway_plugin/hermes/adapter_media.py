@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from canonical.model import Lane
 from gateway_plugin.attachments import flow as attachment_flow
-from gateway_plugin.attachments import registry as attachments
+from gateway_plugin.attachments.record import AttachmentError
 from gateway_plugin.delivery.cron import MEDIA_KINDS
 from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes import files
@@ -93,7 +93,7 @@ class MediaSendsMixin:
             record = await attachment_flow.deliver(
                 self.controller, lane, source, filename=filename, kind=kind
             )
-        except (attachments.AttachmentError, OSError) as exc:
+        except (AttachmentError, OSError) as exc:
             log.warning("android: deliverable not stored: %s", exc)
             return None
         return hb.SendResult(success=True, message_id=record.attachment_id)

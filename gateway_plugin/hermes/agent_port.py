@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from canonical.model import Lane
 from canonical.protocol import new_id
 from gateway_plugin.hermes import bridge as hb
 from gateway_plugin.hermes import files, state_db
@@ -21,7 +22,6 @@ from gateway_plugin.hermes import runner as hr
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
-Lane = tuple[str, str | None]
 
 # Marks on the metadata of an event carrying a run: Hermes ran its processing hooks for
 # it (its normal path), or it called its message handler without them (see `submit`).

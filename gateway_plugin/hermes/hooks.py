@@ -43,7 +43,7 @@ CANCELLED_TOOL_MESSAGE = "Not run: the user cancelled this turn."
 
 def _cancelled(lane: Lane) -> bool:
     return any(
-        adapter.controller is not None and lane in adapter.controller.cancelled
+        adapter.controller is not None and lane in adapter.controller.cancels.cancelled
         for adapter in list(ADAPTERS)
     )
 

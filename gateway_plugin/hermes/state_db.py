@@ -17,10 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from canonical.model import Json, Lane
 from gateway_plugin.hermes import contract
-
-Json = dict[str, Any]
-Lane = tuple[str, str | None]
 
 FTS_WORDS: Final = "messages_fts"
 FTS_TRIGRAM: Final = "messages_fts_trigram"

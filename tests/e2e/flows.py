@@ -5,9 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from canonical.model import Json
 from tests.harness.device import DeviceClient
-
-Json = dict[str, Any]
 
 PHEBY_RUN_ORDER = [
     "run.accepted",

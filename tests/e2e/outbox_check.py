@@ -6,9 +6,8 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-Json = dict[str, Any]
+from canonical.model import Json
 
 
 def outbox_events(home: Path) -> list[Json]:

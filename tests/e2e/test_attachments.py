@@ -15,13 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
+from canonical.model import Json
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, pheby_run
 from tests.harness.device import DeviceClient
 from tests.harness.services import ScriptedModel
 
-Json = dict[str, Any]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 NOT_FOUND = {"error": {"code": "not_found", "message": "Attachment unavailable"}}
 NOTES = "# Shopping\n\n- oat milk\n- zucchini-7f3a (the marker the agent must see)\n"

@@ -14,14 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from canonical.model import Json
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
 from tests.e2e.test_attachments import auth, base_url
 from tests.harness.device import DeviceClient
 from tests.harness.processes import VENV_BIN, scrubbed_environ
-
-Json = dict[str, Any]
 
 
 @pytest.fixture

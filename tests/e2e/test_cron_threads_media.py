@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, iris_send
 from tests.e2e.test_channels import _hermes, _job_id
 from tests.harness.device import DeviceClient
 
-Json = dict[str, Any]
 HOME = "android:default"
 NO_TARGET = "no delivery target resolved"
 

@@ -9,14 +9,13 @@ from collections.abc import Callable
 
 import websockets
 
+from canonical.model import Json
 from edge.errors import CLOSE_UNAVAILABLE
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation
 from tests.e2e.outbox_check import check_delivery, outbox_events
 from tests.harness.device import DeviceClient
 from tests.harness.processes import RedisServer, http_ok
-
-Json = dict
 
 
 async def _send(client: DeviceClient, text: str, client_id: str) -> Json:

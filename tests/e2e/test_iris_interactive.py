@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
 from tests.harness.device import DeviceClient
-
-Json = dict[str, Any]
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import websockets
 
 from canonical.attachments import CHUNK_MAX_BYTES, PULL_HEADER
+from canonical.model import Json
 from edge.media import MAX_UNFINISHED_UPLOADS
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment, platform_connected
@@ -29,7 +29,6 @@ from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import EdgeProcess, HermesGateway, RedisServer
 
-Json = dict[str, Any]
 CHAT = "android:default"
 
 

@@ -9,10 +9,10 @@ import base64
 import hashlib
 import os
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from hdgctl.ops import resolve_target
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
@@ -20,7 +20,6 @@ from tests.e2e.flows import frames_of_run, iris_send
 from tests.harness.device import DeviceClient
 from tests.harness.frame_schemas import frame_types
 
-Json = dict[str, Any]
 HOME = "android:default"
 pytestmark = pytest.mark.timeout(420)
 

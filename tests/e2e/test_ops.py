@@ -15,8 +15,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from canonical.model import Json
 from canonical.pairing import parse_pairing
 from edge.errors import CLOSE_GOING_AWAY, CLOSE_REVOKED, CLOSE_UNAUTHORIZED
 from gateway_plugin.hermes.setup_flow import home_pairing
@@ -33,7 +33,6 @@ from tests.harness.processes import (
     scrubbed_environ,
 )
 
-Json = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 HDGCTL = [sys.executable, "-m", "hdgctl"]
 

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from canonical.model import Json
 from edge.errors import CLOSE_SERVICE_RESTART
 from tests.e2e.conftest import Deployment, platform_connected
 from tests.e2e.flows import default_conversation, pheby_run
@@ -14,7 +15,6 @@ from tests.e2e.outbox_check import outbox_events
 from tests.harness.device import DeviceClient
 from tests.harness.processes import RedisServer, ScriptedModel, http_ok
 
-Json = dict[str, Any]
 INTERRUPTED_NOTE = "previous turn was interrupted"
 
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, pheby_run
 from tests.harness.device import DeviceClient
 
-Json = dict[str, Any]
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
 
 

@@ -5,11 +5,11 @@ defines, and (as in every end-to-end test) each frame sent and received matches 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import httpx
 import pytest
 
+from canonical.model import Json
 from scripted_model.scenarios import media_png_bytes
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, pheby_run
@@ -17,7 +17,6 @@ from tests.e2e.test_attachments import upload
 from tests.harness.device import DeviceClient
 from tests.harness.frame_schemas import frame_types
 
-Json = dict[str, Any]
 pytestmark = pytest.mark.timeout(300)
 
 # Server frame types no flow can reach, with why. None: every pheby frame is reachable.

@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from scripted_model import MODEL_IDS
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run, iris_send
 from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, ScriptedModel, free_port, http_ok
-
-Json = dict[str, Any]
 
 
 @pytest.fixture(scope="module")

@@ -8,11 +8,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from canonical.model import Json
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import frames_of_run
 from tests.harness.device import DeviceClient
 
-Json = dict[str, Any]
 DEFAULT = "android:default"
 
 

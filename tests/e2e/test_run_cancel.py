@@ -12,13 +12,12 @@ from typing import Any
 
 import pytest
 
-from gateway_plugin.controller import CANCEL_GRACE_S
+from canonical.model import Json
+from gateway_plugin.commands.cancels import CANCEL_GRACE_S
 from scripted_model.scenarios import NARRATE_FINAL_TEXT, SLOW_COMMAND
 from tests.e2e.conftest import Deployment
 from tests.e2e.flows import default_conversation, frames_of_run, iris_send, pheby_run
 from tests.harness.device import DeviceClient
-
-Json = dict[str, Any]
 
 # Long enough for a turn that wrongly went on to reach the model and start its tool:
 # the scripted model answers at once, and Hermes starts a tool well within a second.

@@ -11,11 +11,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
+from canonical.model import Json
 from canonical.redis_timeouts import RedisTimeouts
 from canonical.sentinel import close_primary_client
 from tests.e2e.conftest import Deployment, platform_connected
@@ -34,7 +34,6 @@ from tests.workers.fake_services import FakeNtfy, running_ntfy
 from workers.jobs import PUSH_QUEUE
 from workers.redis_pool import open_arq_pool
 
-Json = dict[str, Any]
 TOPIC = "hdg-sentinel-topic"
 # From the kill until a new send round-trips: failure detection (down-after 1 s), the
 # sentinels' vote and promotion, and every client's reconnect backoff. Measured 3.1-4.2 s.

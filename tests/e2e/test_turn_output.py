@@ -9,17 +9,16 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from canonical.model import Json
 from scripted_model.scenarios import NARRATE_FINAL_TEXT, NARRATION_TEXT, REASONING_CHUNKS
 from tests.e2e.flows import frames_of_run, iris_send, pheby_run
 from tests.harness.device import DeviceClient
 from tests.harness.hermes_home import HermesHome
 from tests.harness.processes import HermesGateway, ScriptedModel, free_port, http_ok
 
-Json = dict[str, Any]
 REASONING = "".join(REASONING_CHUNKS)
 # Hermes' typing refresh ticks every 2 s: three ticks' worth of silence.
 TYPING_QUIET_S = 6.5

@@ -15,6 +15,7 @@ import pytest
 from canonical.model import Json
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
+from gateway_plugin import upkeep
 from gateway_plugin.channels.store import ChannelError
 from gateway_plugin.delivery.outbox import Outbox
 from tests.gateway_plugin.access.test_hellos import TENANT, _Rig, make_rig, rig
@@ -320,7 +321,7 @@ async def test_an_auto_thread_whose_run_the_agent_refused_awaits_no_title(
         await rig.submit(_auto_send("first", "c1"))
         [ack] = await rig.replies_for(1)
         assert ack["body"]["thread_id"] is not None
-        assert len(rig.controller.pending_titles) == 0
+        assert len(rig.controller.titles.pending) == 0
     finally:
         await rig.controller.stop()
 
@@ -336,10 +337,10 @@ async def test_the_sweep_forgets_titles_awaited_for_runs_that_are_gone(
         first, second = (
             ("android:default", r["body"]["thread_id"]) for r in await rig.replies_for(2)
         )
-        assert first in controller.pending_titles and second in controller.pending_titles
+        assert first in controller.titles.pending and second in controller.titles.pending
         controller.turns.runs.pop(first)  # a run Hermes never reported the end of
-        controller.expire_stale()
-        assert first not in controller.pending_titles and second in controller.pending_titles
+        upkeep.expire_stale(controller)
+        assert first not in controller.titles.pending and second in controller.titles.pending
     finally:
         await rig.controller.stop()
 

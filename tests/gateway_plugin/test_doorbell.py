@@ -94,7 +94,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
         wire = plugin_bus.mux._wire
         await until(lambda: wire is not None and wire.lost is not None, "the link given up")
         await until(
-            lambda: controller._publish_queue.empty() and not controller._publishing,
+            lambda: controller.publisher.idle(),
             "the publisher done with the event",
         )
         link.partitioned = False
@@ -143,7 +143,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
         await until(lambda: wire is not None and wire.lost is not None, "the link dropped")
         controller.emit([{"type": "message", "text": "refused"}])
         await until(
-            lambda: controller._publish_queue.empty() and not controller._publishing,
+            lambda: controller.publisher.idle(),
             "the publisher done with the refused event",
         )
         await admin.mux.execute("ACL", "SETUSER", user, "+publish")

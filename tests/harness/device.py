@@ -15,10 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from canonical.client import DeviceClient as PlainClient
+from canonical.model import Json
 from edge.dialects import detect
 from tests.harness import frame_schemas
-
-Json = dict[str, Any]
 
 
 class FrameMismatch(AssertionError):

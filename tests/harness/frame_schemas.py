@@ -15,9 +15,9 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from canonical.model import Json
 from edge.dialects.schema import DRAFT, SCHEMA_DIR
 
-Json = dict[str, Any]
 DIRECTIONS = ("client", "server")
 
 

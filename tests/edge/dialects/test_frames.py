@@ -8,6 +8,7 @@ from typing import Any, get_args, get_type_hints
 
 import pytest
 
+from canonical.model import Json
 from canonical.protocol import PHEBY_ERROR_CODES
 from edge.dialects import fields, frames, iris, iris_frames, pheby, pheby_frames
 from edge.dialects.schema import UNIONS
@@ -20,8 +21,6 @@ from gateway_plugin.commands.interactive import (
 from tests.edge import dialect_events as ev
 from tests.harness.frame_schemas import frame_types, problem
 from tests.harness.proc import REPO_ROOT
-
-Json = dict[str, Any]
 
 
 def members(dialect: str, direction: str) -> dict[str, Any]:

@@ -81,7 +81,7 @@ class _Rig:
     async def published(self) -> list[Json]:
         # The controller publishes from its own task: let it run.
         for _ in range(50):
-            if self.controller._publish_queue.empty():
+            if self.controller.publisher.queue.empty():
                 break
             await _tick()
         await _tick()

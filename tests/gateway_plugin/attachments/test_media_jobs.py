@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway_plugin.attachments.media_jobs import outcome_event
-from gateway_plugin.attachments.registry import Attachment
+from gateway_plugin.attachments.record import Attachment
 
 RECORD = Attachment(
     "a" * 32, "inbound", "c" * 32, "android:default", None, "clip.mp4", "video/mp4", 10,

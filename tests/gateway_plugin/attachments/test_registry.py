@@ -1,5 +1,6 @@
-"""The plugin's attachment registry (gateway_plugin/attachments/registry.py) on a real SQLite file,
-real files in a storage directory and a real channel directory."""
+"""The plugin's attachment registry (``gateway_plugin/attachments/registry.py``, with its
+file store ``files.py``) on a real SQLite file, real files in a storage directory and a
+real channel directory."""
 
 from __future__ import annotations
 
@@ -14,13 +15,10 @@ import pytest
 from canonical import attachments as spec
 from canonical.protocol import iso_from_unix, new_id
 from gateway_plugin.attachments import media_jobs
+from gateway_plugin.attachments.files import ORPHAN_TTL_S, UPLOAD_TTL_S
 from gateway_plugin.attachments.flow import added_event, display_messages
-from gateway_plugin.attachments.registry import (
-    ORPHAN_TTL_S,
-    UPLOAD_TTL_S,
-    AttachmentError,
-    AttachmentRegistry,
-)
+from gateway_plugin.attachments.record import AttachmentError
+from gateway_plugin.attachments.registry import AttachmentRegistry
 from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 40

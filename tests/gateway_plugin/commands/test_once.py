@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from canonical.bus import CONSUMER_GROUP, Subscription, command_stream, direct_envelopes
 from canonical.model import Json
 from canonical.redis_bus import RedisBus
+from gateway_plugin import upkeep
 from gateway_plugin.commands.once import (
     CLOCK_MARGIN_S,
     entry_time,
@@ -301,9 +302,9 @@ async def test_records_of_carried_out_commands_are_pruned_once_no_entry_they_gua
 
     await until(answered, "the commands were answered")
     window = plugin.settings.outbox_retention_hours * 3600
-    plugin.trim_outbox(now=time.time() + window)  # entries of now may still come back
+    upkeep.trim_outbox(plugin, now=time.time() + window)  # entries of now may still come back
     assert plugin.outbox.processed_count() == 3
-    plugin.trim_outbox(now=time.time() + window + CLOCK_MARGIN_S + 1)  # they no longer can
+    upkeep.trim_outbox(plugin, now=time.time() + window + CLOCK_MARGIN_S + 1)  # they no longer can
     assert plugin.outbox.processed_count() == 0
 
 
