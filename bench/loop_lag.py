@@ -70,7 +70,7 @@ async def _loop(name: str, counts: dict[str, int], body: Any, pause: float, unti
             counts[name] = counts.get(name, 0) + 1
         except Exception as exc:
             counts[f"{name}_failed"] = counts.get(f"{name}_failed", 0) + 1
-            counts.setdefault(f"{name}_error:{type(exc).__name__}", 0)
+            counts.setdefault(f"{name}_error: {type(exc).__name__} {str(exc)[:80]}", 0)
         await asyncio.sleep(pause)
 
 
@@ -222,9 +222,10 @@ async def measure(label: str, tree: Path, state_db: Path, options: argparse.Name
 def measure_all(options: argparse.Namespace) -> list[Json]:
     runs: list[Json] = []
     with tempfile.TemporaryDirectory(prefix="loop-lag-") as tmp:
-        state_db = Path(tmp) / "state.db"
-        built = build(state_db, options.messages, 50)
-        print(f"state.db: {options.messages} messages in {built['build_seconds']} s", flush=True)
+        state_db = Path(options.state_db or Path(tmp) / "state.db")
+        if not state_db.exists():
+            built = build(state_db, options.messages, 50)
+            print(f"state.db: {options.messages} messages in {built['build_seconds']} s")
         before_tree = Path(tmp) / "before"
         git = ["git", "worktree"]
         if options.before:
@@ -277,6 +278,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--locks", action="store_true")
     parser.add_argument("--before", default=None, help="also measure this commit (git worktree)")
+    parser.add_argument(
+        "--state-db", default=None, help="keep the built state.db here (reused when it exists)"
+    )
     parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     options = parser.parse_args()
     run = result_files.begin()

@@ -5,12 +5,14 @@ synchronous it does there delays them all. The probe sleeps 1 ms over and over a
 records how much later than asked it woke up (the loop's lag); a wake-up later than
 `SLOW_S` logs the callbacks that ran in between, slowest first, with their duration.
 Those are timed by wrapping `asyncio.Handle._run` while the probe runs (a plain Python
-call around each callback, about a microsecond).
+call around each callback, about a microsecond); garbage collections that long are logged
+too (`gc.callbacks`), whichever thread they ran on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import deque
@@ -58,14 +60,18 @@ class LoopProbe:
         self.slowest: list[tuple[float, str]] = []
         self._task: asyncio.Task[None] | None = None
         self._original_run: Callable[[asyncio.Handle], None] | None = None
+        self._gc_began = 0.0
 
     def start(self) -> None:
         if self._task is None:
             self._time_callbacks()
+            gc.callbacks.append(self._on_gc)
             self._task = asyncio.get_running_loop().create_task(self._run(), name="hdg-loop-probe")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         if self._original_run is not None:
             asyncio.Handle._run = self._original_run  # type: ignore[method-assign,assignment]
             self._original_run = None
@@ -109,6 +115,13 @@ class LoopProbe:
         self.slowest.append((seconds, what))
         self.slowest.sort(reverse=True)
         del self.slowest[SLOW_KEPT:]
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        elif self._gc_began:
+            spent, self._gc_began = time.perf_counter() - self._gc_began, 0.0
+            self.note_callback(spent, f"garbage collection of generation {info['generation']}")
 
     async def _run(self) -> None:
         while True:

@@ -100,6 +100,35 @@ def lane_messages(conn: sqlite3.Connection, platform: str, lane: Lane) -> list[J
     return [dict(row) for row in rows]
 
 
+def lane_rows_before(
+    conn: sqlite3.Connection, platform: str, lane: Lane, before: int | None, count: int
+) -> list[Json]:
+    """Up to `count` of the lane's rows (as `lane_messages`) older than row `before` (all
+    when None), newest first: a history page reads its rows in such chunks."""
+    older = "" if before is None else "AND m.id < ? "
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        f"AND m.role IN ('user', 'assistant') AND m.active = 1 {older}ORDER BY m.id DESC LIMIT ?",
+        (platform, lane[0], lane[1], *(() if before is None else (before,)), count),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def lane_rows_from(
+    conn: sqlite3.Connection, platform: str, lane: Lane, start: int, count: int
+) -> list[Json]:
+    """Up to `count` of the lane's rows from row `start` on, oldest first."""
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        "AND m.role IN ('user', 'assistant') AND m.active = 1 AND m.id >= ? "
+        "ORDER BY m.id LIMIT ?",
+        (platform, lane[0], lane[1], start, count),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
 def turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> list[Json]:
     """The lane's live user, assistant and tool rows written at or after `since` (role,
     tool_calls, reasoning: whichever of Hermes' two reasoning columns holds it)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 
 from gateway_plugin.loop_probe import LoopProbe
@@ -38,3 +39,14 @@ async def test_reset_forgets_what_was_measured() -> None:
     probe.reset()
     assert probe.figures().samples == 0 and probe.figures().max_ms == 0
     assert probe.slowest == []
+
+
+async def test_a_long_garbage_collection_is_named() -> None:
+    probe = LoopProbe(slow_s=0.0)
+    probe.start()
+    try:
+        gc.collect()
+    finally:
+        await probe.stop()
+    assert any(what == "garbage collection of generation 2" for _, what in probe.slowest)
+    assert probe._on_gc not in gc.callbacks
