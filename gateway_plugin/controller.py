@@ -92,7 +92,10 @@ class Controller:
         self.prefs = Preferences(self)
         self.push = PushScheduler(self, None)
         self.jobs = JobQueue(
-            settings, self.attachments.storage_root, pending_path=data_dir / "pending_pushes.db"
+            settings,
+            self.attachments.storage_root,
+            pending_path=data_dir / "pending_pushes.db",
+            pending_writes=self.storage.pending,
         )
         self._tasks: list[asyncio.Task[None]] = []
         self.reader = CommandReader(self)
