@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from gateway_plugin.shutdown import UNBOUNDED, Deadline
 from gateway_plugin.storage.threads import Storage, refresh_channels
 
 log = logging.getLogger("hdg.plugin")
+
+SWITCH_INTERVAL_S = 0.001
 
 
 class Controller:
@@ -100,6 +103,7 @@ class Controller:
         self._tasks: list[asyncio.Task[None]] = []
         self.reader = CommandReader(self)
         self.running = False
+        self._freeze_after_turn = False
         self.publisher = Publisher(
             bus,
             tenant,
@@ -167,8 +171,13 @@ class Controller:
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
         # What Hermes and the plugin built to start is there to stay: out of the collector's
-        # sight, a full collection no longer walks it (tens of ms on the shared loop).
+        # sight, a full collection no longer walks it (tens of ms on the shared loop). Hermes
+        # builds its agent (imports, tools) on the first turn: frozen again after it.
         gc.freeze()
+        self._freeze_after_turn = True
+        # A thread running Python (a history page, search hits) hands the GIL back every
+        # 1 ms instead of 5: the loop, woken by I/O, waits that long at most to run.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     def command_window_s(self) -> float:
         """How long a command may wait in the stream and still be carried out."""
@@ -234,6 +243,9 @@ class Controller:
         self.orphans.on_processing_start(lane, lambda: self.conversation_id(lane))
 
     def on_processing_complete(self, lane: Lane, run_id: str | None, outcome: str) -> None:
+        if self._freeze_after_turn:
+            self._freeze_after_turn = False
+            gc.freeze()
         run = self.turns.active(lane)
         if run is None:
             return
