@@ -29,9 +29,30 @@ config_reference = _load_hook()
 
 MKDOCS = Path(sys.executable).parent / "mkdocs"
 DIARY = re.compile(
-    r"\bsession \d+|\bissue #?\d+|\(issue|optimi[sz]ation \d+|measurement \d+|other engineers",
+    r"\bwork(?:ing)? sessions?\b|\bsession \d+"  # how the work was organised
+    r"|\bissue #?\d+|\(issue|\(#\d+\)"  # issue numbers
+    r"|\b(?:issues?|bugs?|PRs?|pull requests?|tickets?|fix(?:es|ed)?|closes|see) #\d+"
+    r"|optimi[sz]ation #?\d+|measurement \d+"  # numbered steps of the work
+    r"|\b(?:engineers?|coordinators?|colleagues?|teammates?)\b",  # people
     re.IGNORECASE,
 )
+SCANNED_SUFFIXES = (
+    ".py",
+    ".md",
+    ".sh",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".c",
+    ".js",
+    ".css",
+    ".html",
+    ".service",
+    ".target",
+    ".txt",
+)
+SCANNED_NAMES = ("Dockerfile", "Caddyfile")
+SCANNED_DIRS = ("scripts/", ".ci/")  # executables without a suffix
 
 
 def test_the_site_builds_with_no_warning(tmp_path: Path) -> None:
@@ -78,30 +99,60 @@ def test_every_variable_the_code_reads_directly_is_documented() -> None:
     assert not undocumented, f"read from the environment but not documented: {sorted(undocumented)}"
 
 
-def test_no_file_speaks_of_work_sessions_issue_numbers_or_optimisation_numbers() -> None:
+def scanned_files() -> list[str]:
+    """Every tracked text file a reader sees: docs, code, tests, CHANGELOG, deployment
+    files and scripts (this directory, which spells the patterns out, excepted)."""
     tracked = subprocess.run(
         ["git", "ls-files"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
     ).stdout.split()
+    return [
+        name
+        for name in tracked
+        if not name.startswith("tests/docs/")
+        and (
+            name.endswith(SCANNED_SUFFIXES)
+            or Path(name).name in SCANNED_NAMES
+            or name.startswith(SCANNED_DIRS)
+        )
+    ]
+
+
+def test_no_file_speaks_of_work_sessions_issue_numbers_optimisation_numbers_or_people() -> None:
     offenders = []
-    for name in tracked:
-        if name.startswith("tests/docs/") or not name.endswith(
-            (
-                ".py",
-                ".md",
-                ".sh",
-                ".yaml",
-                ".yml",
-                ".toml",
-                ".c",
-                ".js",
-                ".css",
-                ".html",
-                ".service",
-            )
-        ):
-            continue
+    for name in scanned_files():
         text = (REPO_ROOT / name).read_text(encoding="utf-8", errors="replace")
         for number, line in enumerate(text.splitlines(), 1):
             if DIARY.search(line):
                 offenders.append(f"{name}:{number}: {line.strip()[:100]}")
     assert not offenders, "\n".join(offenders[:20])
+
+
+def test_the_diary_check_reads_docs_code_and_the_changelog() -> None:
+    scanned = set(scanned_files())
+    assert {"CHANGELOG.md", "README.md", "docs/architecture.md", "scripts/bootstrap"} <= scanned
+    for package in ("gateway_plugin/", "canonical/", "edge/", "workers/", "hdgctl/", "tests/"):
+        assert any(n.startswith(package) and n.endswith(".py") for n in scanned), package
+
+
+def test_the_diary_check_tells_the_work_from_the_product() -> None:
+    for diary in (
+        "as agreed in the work session",
+        "fixed in session 4",
+        "see issue 29",
+        "(#12)",
+        "this closes #7",
+        "optimisation 3 halves it",
+        "optimization #2",
+        "asked by the coordinator",
+        "another engineer moved it",
+    ):
+        assert DIARY.search(diary), diary
+    for product in (
+        "the session of the lane",
+        "step 2 of the upgrade",
+        "--line: #353843;",
+        '"message.delta#3@m1"',
+        "Application Support #1 ?x=1",
+        "the helpers below do",
+    ):
+        assert not DIARY.search(product), product
