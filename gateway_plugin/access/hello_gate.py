@@ -12,6 +12,7 @@ from canonical.model import Json
 from canonical.protocol import error_body
 from gateway_plugin.access.admin import CLOSE_REVOKED
 from gateway_plugin.access.devices import Hello
+from gateway_plugin.access.plugin_metrics import counted
 from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ async def on_hellos(controller: Controller, commands: list[Json]) -> list[Json |
     the close body refusing it if its device was revoked, else None."""
     revoked = await run_or_busy(
         controller.storage.devices,
-        controller.devices.record_hellos,
+        counted(controller, controller.devices.record_hellos),
         [_hello_record(command) for command in commands],
     )
     refusals: list[Json | None] = []
