@@ -2,7 +2,7 @@
 connection set-up rate including the ``hello`` auth.
 
     .venv/bin/python bench/connections.py [--levels 1000,5000,10000] [--concurrency 200]
-                                          [--no-raw] [--no-floor] [--quick]
+                                          [--no-raw] [--no-floor] [--stock] [--quick]
 
 One ``python -m edge`` (CPU 0) on a private redis-server (CPU 0); the plugin side is a real
 ``Controller`` with the stand-in AgentPort (CPU 1), so an iris ``hello`` is answered by the
@@ -14,7 +14,9 @@ is the edge's RSS delta / devices. A pheby hello (answered by the edge alone), t
 ``websockets`` server and the uvicorn floor (the edge's own uvicorn options serving a bare
 ASGI app that answers any first frame: what the required server stack costs before any
 code of ours) are measured the same way, so what our code adds per set-up and per idle
-connection is the difference.
+connection is the difference. ``--stock``: the iris set-ups again with the edge and the
+plugin on the stock path (``ANDROID_FASTPATH=off``), as ``iris-stock``. ``--quick``: 1,000
+and 5,000 devices unless ``--levels``, and 0.5 s settles instead of 2 s (RSS) and 3 s (idle).
 
 Writes ``--out`` (else bench/results/local/connections[-quick].json), a result file of
 ``bench.results``: set-ups/s and idle KiB per connection, per server and level.
@@ -40,11 +42,13 @@ from bench.host import (
     CPU_SERVER,
     LOOPBACK,
     REPO,
+    STOCK_ENV,
     CpuMeter,
     Json,
     process_tree,
     raise_nofile,
     rss_bytes,
+    stock_switch_present,
     uses_uvloop,
 )
 from bench.lean_native import native_client
@@ -70,6 +74,8 @@ PROFILE = False
 # set-up on the same cores, so its rates are lower).
 CLIENT = "c"
 NATIVE: Path | None = None
+SETTLE_S = 2.0  # before each RSS reading
+IDLE_S = 3.0  # the idle CPU measured after each level
 
 # =========================================================================== client role
 
@@ -187,8 +193,8 @@ def command_calls(redis_url: str) -> dict[str, tuple[int, int]]:
     }
 
 
-async def settle_rss(pids: list[int], seconds: float = 2.0) -> int:
-    await asyncio.sleep(seconds)
+async def settle_rss(pids: list[int]) -> int:
+    await asyncio.sleep(SETTLE_S)
     return sum(rss_bytes(pid) for pid in pids)
 
 
@@ -243,7 +249,7 @@ async def measure_levels(
             rss = await settle_rss(server_pids)
             idle = CpuMeter({"server": server_pids, **extra_pids})
             idle.start()
-            await asyncio.sleep(3.0)
+            await asyncio.sleep(IDLE_S)
             idle_cpu = idle.stop()
             still = await client.call("count")
             row = {
@@ -274,8 +280,9 @@ async def measure_levels(
                 },
                 "rss_mib": round(rss / 2**20, 1),
                 "kib_per_connection": round((rss - base_rss) / max(1, have) / 1024, 2),
-                "idle_cpu_3s": idle_cpu,
-                "open_after_3s": still["open"],
+                "idle_s": IDLE_S,
+                "idle_cpu": idle_cpu,
+                "open_after_idle": still["open"],
             }
             out["levels"].append(row)
             print(
@@ -293,22 +300,22 @@ async def measure_levels(
     return out
 
 
-async def orchestrate(options: argparse.Namespace) -> None:
-    raise_nofile()
-    levels = [int(x) for x in options.levels.split(",")]
-    run = begin()
+async def measure_ours(options: argparse.Namespace, levels: list[int], stock: bool) -> list[Json]:
+    """Our edge and plugin on a private redis-server: iris (and, on the fast path, pheby)
+    set-ups. ``stock``: both with ``STOCK_ENV``, measured as ``iris-stock``."""
+    env = STOCK_ENV if stock else None
     runs: list[Json] = []
     redis = Redis(CPU_CLIENT if options.redis_with_clients else CPU_SERVER).start()
     try:
-        edge = Edge(redis.url, workers=options.edge_workers).wait()
-        plugin = await start_role(__file__, "plugin", "--redis", redis.url)
+        edge = Edge(redis.url, extra_env=env, workers=options.edge_workers).wait()
+        plugin = await start_role(__file__, "plugin", "--redis", redis.url, env=env)
         try:
             token = (await plugin.call("info", rpc_timeout=120))["token"]
             extra = {"redis": [redis.pid], "plugin": [plugin.pid]}
             if options.iris:
                 runs.append(
                     await measure_levels(
-                        "iris",
+                        "iris-stock" if stock else "iris",
                         edge.pids,
                         edge.ws_url,
                         "iris",
@@ -320,7 +327,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
                     )
                 )
                 runs[-1]["uvloop"] = uses_uvloop(edge.pids[-1])
-            if options.pheby:
+            if options.pheby and not stock:
                 edge.stop()
                 edge = Edge(redis.url, workers=options.edge_workers).wait()
                 runs.append(
@@ -341,6 +348,16 @@ async def orchestrate(options: argparse.Namespace) -> None:
             edge.stop()
     finally:
         redis.cleanup()
+    return runs
+
+
+async def orchestrate(options: argparse.Namespace) -> None:
+    raise_nofile()
+    levels = [int(x) for x in options.levels.split(",")]
+    run = begin()
+    runs = await measure_ours(options, levels, stock=False)
+    if options.stock and options.iris:
+        runs += await measure_ours(options, levels, stock=True)
     peers = [("raw", "raw_ws.py")] if options.raw else []
     if options.floor:
         peers.append(("uvicorn-floor", "uvicorn_floor.py"))
@@ -378,9 +395,12 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "setup": "TCP connect + WebSocket upgrade + hello → hello.ack (iris: answered by "
             "the plugin's Controller; pheby: 'ready' from the edge; raw, uvicorn-floor: the "
             "peer's ack)",
-            "memory": "(edge RSS after the level, 2 s settle) − (RSS after a 20-device warm-up "
-            "closed) / devices",
+            "memory": f"(edge RSS after the level, {SETTLE_S:g} s settle) − (RSS after a "
+            "20-device warm-up closed) / devices",
             "plugin": "real Controller with a stand-in AgentPort (bench.common.BenchAgent)",
+            "stock": f"iris-stock: the edge and the plugin with {STOCK_ENV}",
+            # False: the code measured has no such switch, so iris-stock ran the fast path.
+            "stock_switch_present": stock_switch_present(),
             "placement": (
                 f"edge on CPU {CPU_SERVER}; redis, plugin + clients on CPU {CPU_CLIENT}"
                 if options.redis_with_clients
@@ -423,6 +443,12 @@ def main() -> None:
     parser.add_argument("--no-pheby", dest="pheby", action="store_false")
     parser.add_argument("--no-iris", dest="iris", action="store_false")
     parser.add_argument(
+        "--stock",
+        action="store_true",
+        help="the iris set-ups again with ANDROID_FASTPATH=off in the edge's and the plugin's "
+        "environment (the stock path), as server iris-stock",
+    )
+    parser.add_argument(
         "--redis-with-clients",
         action="store_true",
         help=f"pin redis-server to CPU {CPU_CLIENT} (clients, plugin) so the edge has CPU "
@@ -448,8 +474,10 @@ def main() -> None:
         "socket (unpinned: they get every core)",
     )
     options = parser.parse_args()
-    global PROFILE, CLIENT, NATIVE
+    global PROFILE, CLIENT, NATIVE, SETTLE_S, IDLE_S
     PROFILE = options.profile
+    if options.quick:
+        SETTLE_S, IDLE_S = 0.5, 0.5
     CLIENT = options.client
     if CLIENT == "c" and options.role == "orchestrate":
         NATIVE = native_client()

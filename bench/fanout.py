@@ -42,16 +42,22 @@ from bench.fanout_roles import client_main, producer_ours_main, producer_sio_mai
 from bench.fanout_system import (
     P99_LIMIT_MS,
     SCRIPT,
-    STOCK_ENV,
     System,
     connect_devices,
     run_step,
     run_system,
-    stock_switch_present,
     us_per_delivery,
 )
 from bench.fanout_table import compact, fanout_figures, ratios, top_frames
-from bench.host import CPU_CLIENT, CPU_SERVER, REPO, Json, raise_nofile
+from bench.host import (
+    CPU_CLIENT,
+    CPU_SERVER,
+    REPO,
+    STOCK_ENV,
+    Json,
+    raise_nofile,
+    stock_switch_present,
+)
 from bench.procs import role_parser, run_loop, start_py_spy, start_role
 from bench.results import begin
 from bench.stats import result_name, write_timed_result
@@ -143,16 +149,17 @@ async def orchestrate(options: argparse.Namespace) -> None:
     results: list[Json] = []
     for names in paired(systems) if not options.only_tenants else []:
         results += await run_system(names, ns, sizes, options.step_s, ladder)
+    users = options.tenant_users
     if options.tenants:
         for names in paired(tenant_systems):
-            print(f"{'+'.join(names)}: 500 tenants x 2 devices", flush=True)
+            print(f"{'+'.join(names)}: {users} tenants x 2 devices", flush=True)
             results += await run_system(
                 names,
-                [1000],
+                [2 * users],
                 [200],
                 options.step_s,
                 tenants_ladder,
-                tenants=500,
+                tenants=users,
                 devices_per_tenant=2,
             )
     table = ratios(results)
@@ -167,6 +174,7 @@ async def orchestrate(options: argparse.Namespace) -> None:
             "ladder_deliveries_per_s": ladder,
             "tenants_ladder_deliveries_per_s": tenants_ladder if options.tenants else [],
             "tenant_systems": tenant_systems if options.tenants else [],
+            "tenant_users": users,
             "latency_load_deliveries_per_s": options.latency_load,
             "stock_env": STOCK_ENV,
             # False: the code measured has no such switch, so ours-stock ran the fast path.
@@ -202,6 +210,13 @@ def main() -> None:
     parser.add_argument("--ladder", default=None, help="deliveries/s steps (comma list)")
     parser.add_argument(
         "--tenants-ladder", default=None, help="deliveries/s steps of the 500 x 2 sweep"
+    )
+    parser.add_argument(
+        "--tenant-users",
+        type=int,
+        default=500,
+        help="the users of the many-users sweep, 2 devices each (its producer starts a "
+        "Controller per user: minutes for 500 on a busy machine)",
     )
     parser.add_argument(
         "--tenant-systems",

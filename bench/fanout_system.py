@@ -11,13 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.host import CODE, LOOPBACK, CpuMeter, Json, uses_uvloop
+from bench.host import LOOPBACK, STOCK_ENV, CpuMeter, Json, uses_uvloop
 from bench.procs import Child, Redis, start_edges, start_peer, start_role
 
 P99_LIMIT_MS = 50.0
-# "ours-stock": our gateway again, its edges told to leave the fast path and run the stock
-# uvicorn/websockets stack, so the gain of the fast path is measured in the same run.
-STOCK_ENV = {"ANDROID_FASTPATH": "off"}
+# "ours-stock": our gateway again, its edges with STOCK_ENV (the stock path).
 OURS = ("ours", "ours-stock")
 # The script whose roles (client, producer-ours, producer-sio) the children run.
 SCRIPT = str(Path(__file__).resolve().with_name("fanout.py"))
@@ -308,14 +306,3 @@ async def _cases(
             {"system": name, "uvloop_in_edges": all(uses_uvloop(p) for p in system.server_pids)}
         )
     return out
-
-
-def stock_switch_present() -> bool:
-    """Whether the code measured reads ``ANDROID_FASTPATH`` at all: without it, "ours-stock"
-    measures the same path as "ours" and says so in its result."""
-    name = next(iter(STOCK_ENV))
-    return any(
-        name in path.read_text(encoding="utf-8", errors="replace")
-        for package in ("edge", "canonical")
-        for path in (CODE / package).rglob("*.py")
-    )

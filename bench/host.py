@@ -36,6 +36,21 @@ CPU_SERVER = "0"
 CPU_CLIENT = "1"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 HAVE_TASKSET = shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
+# The stock path: our gateway told to leave its fast path (the code that reaches into
+# libraries' internals) and run the libraries' stock uvicorn/websockets/redis-py paths, so
+# what the fast path gains is measured in the same run.
+STOCK_ENV = {"ANDROID_FASTPATH": "off"}
+
+
+def stock_switch_present() -> bool:
+    """Whether the code measured reads ``ANDROID_FASTPATH`` at all: without it, a stock run
+    measures the fast path a second time, and its result says so."""
+    name = next(iter(STOCK_ENV))
+    return any(
+        name in path.read_text(encoding="utf-8", errors="replace")
+        for package in ("edge", "canonical")
+        for path in (CODE / package).rglob("*.py")
+    )
 
 
 # --------------------------------------------------------------------------- host facts

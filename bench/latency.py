@@ -106,6 +106,12 @@ async def decisions(url: str, token: str, rounds: int) -> Json:
         done = await client.wait_for(lambda f: f.get("type") == "tool.end", 60, start)
         approve.append(client.received_at[client.frames.index(done)] - at)
         await client.wait_type("run.finished", timeout=60, start=start)
+    # Auto-threading happens only with the default channel's threads toggle on (off by default).
+    toggled = await client.request(
+        {"type": "channel.set_threads", "chat_id": "android:default", "on": True}
+    )
+    if not toggled.get("entry", {}).get("threads_enabled"):
+        raise RuntimeError(f"channel.set_threads did not turn threads on: {toggled}")
     created: list[float] = []
     renamed: list[float] = []
     for index in range(rounds):
@@ -205,6 +211,10 @@ if __name__ == "__main__":
             results.figure(leg, figures[mode][leg]["median_ms"], "ms", mode=mode, stat="median")
             for mode in ("embedded", "redis")
             for leg in ("chat_send_to_run_accepted", "chat_send_to_first_delta")
+        ]
+        + [
+            results.figure(leg, value["median_ms"], "ms", mode="embedded", stat="median")
+            for leg, value in figures["decisions"].items()
         ],
         detail=figures,
     )

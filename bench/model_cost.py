@@ -1,6 +1,6 @@
 """What the canonical model's representation costs on the fan-out path, per event.
 
-    .venv/bin/python bench/model_cost.py [--quick] [--name NAME]
+    .venv/bin/python bench/model_cost.py [--quick] [--name NAME] [--out PATH]
 
 The fan-out path for one event: the plugin builds it once and encodes it for the bus; an
 edge parses it once and encodes it once per dialect (canonical/model/events.py). This
@@ -15,7 +15,8 @@ JSON encoder, the same codecs):
 Events: a ``message.delta`` (the most frequent) and a ``message.complete``, as the plugin's
 own TurnTracker builds them. Reports µs per event (best of 5 repeats) for the plugin's
 half (build + encode), the edge's half (parse + encode for pheby and iris) and the sum.
-Writes bench/results/model_cost.json (model_cost-quick.json with --quick).
+Writes ``--out`` (else bench/results/local/model_cost[-quick].json), a result file of
+``bench.results``: µs per event per event kind, representation and side.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import argparse
 import dataclasses
 import json
 import sys
-import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pydantic
 
-from bench.host import Json, machine
-from bench.stats import now_stamp, result_name, write_timed_result
+from bench.host import Json
+from bench.results import begin, figure
+from bench.stats import result_name, write_timed_result
 from canonical.jsonenc import dumps_clean
 from edge.dialects.iris import IrisDialect
 from edge.dialects.pheby import PhebyDialect
@@ -160,8 +161,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--name")
+    parser.add_argument("--out", default=None, help="result file (bench/results/<name>.json)")
     opts = parser.parse_args()
-    started = time.monotonic()
+    run = begin()
     number = 2_000 if opts.quick else 20_000
     figures: dict[str, dict[str, Json]] = {}
     for kind, event in sample_events().items():
@@ -178,9 +180,20 @@ def main() -> None:
                 f"  edge {edge_us:6.2f} µs  total {plugin_us + edge_us:6.2f} µs"
             )
     write_timed_result(
+        opts.out,
         result_name(opts.name, opts.quick, "model_cost"),
-        {"when": now_stamp(), "machine": machine(), "per_event": figures, "number": number},
-        started,
+        {
+            "benchmark": "model_cost",
+            "method": {"number": number, "timer": "timeit, best of 5 repeats"},
+            "per_event": figures,
+        },
+        run,
+        [
+            figure("cost_per_event", value, "µs", event=kind, representation=rep, side=side)
+            for kind, by_rep in figures.items()
+            for rep, sides in by_rep.items()
+            for side, value in sides.items()
+        ],
     )
 
 

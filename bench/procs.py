@@ -272,10 +272,10 @@ class Child:
             await self.proc.wait()
 
 
-async def start_role(script: str, role: str, *args: str) -> Child:
+async def start_role(script: str, role: str, *args: str, env: Json | None = None) -> Child:
     """``python <script> <role> [args]``: a Child named after its role, on the client CPU
-    (device clients, plugin side, producers)."""
-    return await Child(role, [PYTHON, script, role, *args], cpu=CPU_CLIENT).start()
+    (device clients, plugin side, producers), with ``env`` added to its environment."""
+    return await Child(role, [PYTHON, script, role, *args], cpu=CPU_CLIENT, env=env).start()
 
 
 def role_parser(doc: str | None, *roles: str) -> argparse.ArgumentParser:

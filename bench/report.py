@@ -5,17 +5,26 @@
     python -m bench.report --run    # first run the benchmarks that feed the page (loopback
                                     # only, ~10 minutes on 2 cores) and write those files
     python -m bench.report --check  # exit 1 if the page or a chart is not what the results give
+    python -m bench.report --run --quick [--into DIR]
+                                    # a smoke run of the whole set (small ladders and levels,
+                                    # ~2 minutes) into DIR (else a new temporary directory),
+                                    # and the page and charts rendered from it there
 
 Regenerating without new results rewrites identical files, so a change to the page's
-figures is always a change to a result file first.
+figures is always a change to a result file first. A quick run never touches
+``bench/results/`` or ``docs/``: its figures are too coarse to publish.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +67,7 @@ SET = (
         ),
         timeout_s=720,
     ),
-    Bench("connections", ("bench/connections.py", "--levels=1000,5000"), timeout_s=300),
+    Bench("connections", ("bench/connections.py", "--levels=1000,5000", "--stock"), timeout_s=360),
     Bench(
         "connections-2-edges",
         (
@@ -66,20 +75,59 @@ SET = (
             "--edge-workers=2",
             "--levels=1000,5000",
             "--no-raw",
+            "--stock",
+        ),
+        timeout_s=360,
+    ),
+)
+# The same set, small: every script and option the page depends on, run end to end in
+# about two minutes (one ladder step per case, a few hundred devices, short settles).
+QUICK = (
+    Bench(
+        "fanout",
+        (
+            "bench/fanout.py",
+            "--systems=ours,ours-stock,raw,sio",
+            "--tenant-systems=ours,ours-stock,raw,sio",
+            "--ns=100,1000",
+            "--sizes=200",
+            "--step-s=0.5",
+            "--ladder=5000",
+            "--tenants-ladder=2000",
+            "--tenant-users=50",
+            "--latency-load=5000",
         ),
         timeout_s=300,
+    ),
+    Bench(
+        "connections",
+        ("bench/connections.py", "--quick", "--levels=200", "--stock"),
+        timeout_s=180,
+    ),
+    Bench(
+        "connections-2-edges",
+        (
+            "bench/connections.py",
+            "--quick",
+            "--edge-workers=2",
+            "--levels=200",
+            "--no-raw",
+            "--stock",
+        ),
+        timeout_s=180,
     ),
 )
 
 
-def run_set(only: list[str]) -> int:
-    """Run each bench of the set in turn (its own process group, stopped at its timeout);
-    a failed bench leaves its committed result as it was. Returns how many failed."""
+def run_set(only: list[str], benches: tuple[Bench, ...] = SET, into: Path = RESULTS) -> int:
+    """Run each bench of ``benches`` in turn (its own process group, stopped at its timeout),
+    writing ``<into>/<result>.json``; a failed bench leaves the file it would have written
+    as it was. Returns how many failed."""
     failed = 0
-    for bench in SET:
+    for bench in benches:
         if only and bench.result not in only:
             continue
-        out = RESULTS / f"{bench.result}.json"
+        out = into / f"{bench.result}.json"
         argv = [sys.executable, *bench.argv, f"--out={out}"]
         print(f"== {bench.result}: {' '.join(bench.argv)} (load {os.getloadavg()[0]:.2f})")
         started = time.monotonic()
@@ -87,18 +135,33 @@ def run_set(only: list[str]) -> int:
         try:
             code = proc.wait(timeout=bench.timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # the bench's own group: its servers and clients too
-            proc.wait()
-            code = -9
+            code = stop_bench(proc)
+            print(f"== {bench.result}: timed out after {bench.timeout_s:.0f} s")
         print(f"== {bench.result}: exit {code} after {time.monotonic() - started:.0f} s")
         failed += code != 0
     return failed
 
 
-def commands() -> str:
+def stop_bench(proc: subprocess.Popen[bytes]) -> int:
+    """Stop a bench past its timeout. SIGINT first: its ``finally`` blocks and exit hooks
+    stop what it started in sessions of their own (edges, redis-server, peers, child
+    roles), which a signal to its process group would not reach; then SIGKILL to its group
+    if it is still there after a minute."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return -signal.SIGINT
+
+
+def commands(benches: tuple[Bench, ...] = SET) -> str:
     """The set as shell commands, for the page (generated, so it cannot drift from SET)."""
     lines = []
-    for bench in SET:
+    for bench in benches:
         args = [*bench.argv, f"--out=bench/results/{bench.result}.json"]
         lines.append(".venv/bin/python " + " \\\n    ".join(args))
     return "```\n" + "\n".join(lines) + "\n```\n"
@@ -110,7 +173,9 @@ def _between(text: str, begin: str, end: str, body: str) -> str:
     return f"{head}{begin}\n{body}{end}{tail}"
 
 
-def regenerate(results: Path, page: Path, images: Path) -> list[Path]:
+def regenerate(
+    results: Path, page: Path, images: Path, benches: tuple[Bench, ...] = SET
+) -> list[Path]:
     """Charts, the page's table and its list of commands from ``results``; returns the
     files that changed."""
     # Here, not at the top: --run needs neither matplotlib nor the committed results.
@@ -121,11 +186,34 @@ def regenerate(results: Path, page: Path, images: Path) -> list[Path]:
     changed = render_charts(sources, images)
     text = page.read_text(encoding="utf-8")
     new = _between(text, BEGIN, END, render_table(sources))
-    new = _between(new, COMMANDS_BEGIN, COMMANDS_END, commands())
+    new = _between(new, COMMANDS_BEGIN, COMMANDS_END, commands(benches))
     if new != text:
         page.write_text(new, encoding="utf-8")
         changed.append(page)
     return changed
+
+
+def stale(results: Path = RESULTS, page: Path = PAGE, images: Path = IMAGES) -> list[str]:
+    """The names of the page and charts that regenerating from ``results`` would change
+    (``--check``); nothing is written."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / page.name
+        shutil.copy(page, copy)
+        charts = Path(tmp) / "perf"
+        shutil.copytree(images, charts)
+        return [path.name for path in regenerate(results, copy, charts)]
+
+
+def quick(into: Path) -> int:
+    """The quick set into ``into``, then the page and charts rendered from it there
+    (``into/performance.md``, ``into/perf/``). Returns how many benches failed."""
+    into.mkdir(parents=True, exist_ok=True)
+    failed = run_set([], QUICK, into)
+    page = into / PAGE.name
+    shutil.copy(PAGE, page)
+    regenerate(into, page, into / "perf", QUICK)
+    print(f"quick run: results, page and charts in {into}")
+    return failed
 
 
 def main() -> None:
@@ -137,20 +225,23 @@ def main() -> None:
         "--only", default="", help="with --run: these results only (comma list of names)"
     )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 on drift")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="with --run: the small set, into --into (never bench/results/ or docs/)",
+    )
+    parser.add_argument("--into", type=Path, help="with --quick: the directory to write to")
     options = parser.parse_args()
+    if options.quick or options.into:
+        if not options.run or options.check or options.only or not options.quick:
+            parser.error("--quick goes with --run only (and --into with --quick)")
+        into = options.into or Path(tempfile.mkdtemp(prefix="hdg-bench-quick-"))
+        sys.exit(1 if quick(into) else 0)
     failed = run_set([x for x in options.only.split(",") if x]) if options.run else 0
     if options.check:
-        import shutil
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as tmp:
-            page = Path(tmp) / PAGE.name
-            shutil.copy(PAGE, page)
-            images = Path(tmp) / "perf"
-            shutil.copytree(IMAGES, images)
-            changed = regenerate(RESULTS, page, images)
-        for path in changed:
-            print(f"out of date: {path.name}")
+        changed = stale()
+        for name in changed:
+            print(f"out of date: {name}")
         sys.exit(1 if changed else 0)
     for path in regenerate(RESULTS, PAGE, IMAGES):
         print(f"rewrote {path.relative_to(REPO)}")

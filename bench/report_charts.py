@@ -33,9 +33,15 @@ COLOURS = {"ours": "#1b6ac9", "ours-stock": "#7fb0ea", "raw": "#555555", "sio": 
 TARGET = {"color": "#b00020", "linestyle": "--", "linewidth": 1}
 SERVERS = {
     "iris": "ours, iris hello",
+    "iris-stock": "stock path, iris hello",
     "pheby": "ours, pheby hello",
     "uvicorn-floor": "uvicorn floor (bare app)",
     "raw": "raw websockets",
+}
+SERVER_COLOURS = {
+    "iris": COLOURS["ours"],
+    "pheby": COLOURS["ours"],
+    "iris-stock": COLOURS["ours-stock"],
 }
 Axes = Any
 
@@ -78,8 +84,9 @@ def _fanout(src: Sources) -> Callable[[Any], None]:
         left.set_ylim(bottom=0)
         left.legend(frameon=False)
         systems = src.systems()
+        users = src.tenant_users()
         rates = [
-            src.value(FANOUT, "max_sustained_rate", system=s, n=1000, tenants=500) or 0
+            src.value(FANOUT, "max_sustained_rate", system=s, n=2 * users, tenants=users) or 0
             for s in systems
         ]
         bars = right.bar(
@@ -89,7 +96,7 @@ def _fanout(src: Sources) -> Callable[[Any], None]:
         )
         right.bar_label(bars, fmt="{:,.0f}")
         right.set_ylim(top=max([r / 1000 for r in rates] + [1]) * 1.15)  # room for labels
-        right.set_title("500 users × 2 devices")
+        right.set_title(f"{users:,} users × 2 devices")
         right.set_ylabel("deliveries/s sustained (thousands)")
         right.tick_params(axis="x", labelrotation=20)
 
@@ -138,14 +145,16 @@ def _per_server(
 ) -> Callable[[Any], None]:
     def draw(fig: Any) -> None:
         ax = fig.subplots()
-        labels, values = [], []
+        labels, values, colours = [], [], []
         for server, label in SERVERS.items():
+            if server == "iris-stock" and not src.stock_measured(doc):
+                continue  # the code measured had no switch: the fast path again
             level = src.largest_level(doc, server)
             value = src.value(doc, name, server=server, devices=level)
             if value is not None:
                 labels.append(f"{label}\n({level:,} devices)")
                 values.append(value)
-        colours = ["#1b6ac9" if "ours" in lab else "#888888" for lab in labels]
+                colours.append(SERVER_COLOURS.get(server, "#888888"))
         bars = ax.barh(labels[::-1], values[::-1], color=colours[::-1])
         ax.bar_label(bars, fmt="{:,.1f}" if unit == "KiB" else "{:,.0f}", padding=2)
         ax.axvline(target, **TARGET)

@@ -14,12 +14,15 @@ import argparse
 import random
 import sqlite3
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from hermes_state import SessionDB  # the bench may import Hermes; gateway_plugin modules never do
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: bench.*
 
 from bench import results as result_files
 from gateway_plugin.channels.search import SearchIndex

@@ -6,13 +6,24 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench import results
-from bench.report import COMMANDS_BEGIN, COMMANDS_END, IMAGES, PAGE, RESULTS, regenerate
-from bench.report_table import BEGIN, END, Sources, quote
+from bench.report import (
+    COMMANDS_BEGIN,
+    COMMANDS_END,
+    IMAGES,
+    PAGE,
+    REPO,
+    RESULTS,
+    regenerate,
+    stale,
+)
+from bench.report_table import BEGIN, END, Sources, quote, render_table
 
 COMMITTED = sorted(RESULTS.glob("*.json"))
 
@@ -131,3 +142,65 @@ def test_a_result_without_its_machine_or_with_a_bare_figure_is_refused() -> None
     assert results.validate({k: v for k, v in doc.items() if k != "machine"}) == ["missing machine"]
     doc["figures"].append({"name": "rate", "value": 1})
     assert results.validate(doc) == ["figures[2] keys ['name', 'value']"]
+
+
+def test_check_names_the_page_and_each_chart_the_results_no_longer_give(tmp_path: Path) -> None:
+    page = tmp_path / "performance.md"
+    text = PAGE.read_text(encoding="utf-8")
+    row = next(line for line in table_lines(text) if "1 user × 100 devices" in line)
+    page.write_text(text.replace(row, row.replace(" | ", " | 1", 1)), encoding="utf-8")
+    images = tmp_path / "perf"
+    shutil.copytree(IMAGES, images)
+    (images / "latency.svg").unlink()
+    assert sorted(stale(RESULTS, page, images)) == ["latency.svg", "performance.md"]
+    assert page.read_text(encoding="utf-8") != text  # --check writes nothing
+    assert stale() == []
+
+
+def test_the_check_command_passes_on_the_committed_page() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.report", "--check"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout) == (0, "")
+
+
+def table_lines(text: str) -> list[str]:
+    section = text.split(BEGIN, 1)[1].split(END, 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| ")]
+
+
+def connections(*, switch: bool) -> results.Json:
+    return results.document(
+        results.begin(),
+        bench="connections",
+        parameters={"stock_switch_present": switch},
+        figures=[
+            results.figure(name, value, unit, server=server, devices=5000, processes=1)
+            for server, kib in (("iris", 16.3), ("iris-stock", 23.7), ("raw", 14.5))
+            for name, value, unit in (
+                ("setup_rate", 2000, "set-ups/s"),
+                ("idle_memory_per_connection", kib, "KiB"),
+            )
+        ],
+    )
+
+
+def memory_row(src: Sources) -> list[str]:
+    rows = [line for line in render_table(src).splitlines() if line.startswith("| idle memory")]
+    return [cell.strip() for cell in rows[0].strip("|").split(" | ")]
+
+
+def test_the_stock_paths_memory_is_shown_beside_the_fast_paths_when_it_was_measured() -> None:
+    shown = memory_row(
+        Sources({"fanout": fanout(switch=True), "connections": connections(switch=True)})
+    )
+    assert shown[1:6] == ["16.3", "23.7", "14.5", "—", "≤ 20 KiB"]
+    assert shown[6] == "yes"  # the target is the fast path's
+    without = memory_row(
+        Sources({"fanout": fanout(switch=True), "connections": connections(switch=False)})
+    )
+    assert without[1:5] == ["16.3", "—", "14.5", "—"]
