@@ -6,8 +6,8 @@ publish-to-receipt latency <= 50 ms and zero missing frames.
 
 Systems, same workload, same machine, same client:
 - ``ours``: 2 ``python -m edge`` processes on a private redis-server; the producer is a real
-  ``gateway_plugin.controller.Controller`` (``emit``: one SQLite outbox append per event,
-  then its publisher task's ``RedisBus.publish``), with a stand-in AgentPort
+  ``gateway_plugin.controller.Controller`` (``emit``: the events of a loop turn appended
+  in one outbox transaction, then published by its publisher), with a stand-in AgentPort
   (``common.BenchAgent``) so devices authenticate with a real iris ``hello`` (token →
   tenant via ``bus.register_tenant``) and get their ``hello.ack`` from the plugin.
 - ``raw``: one ``websockets`` 15.0.1 server process calling ``websockets.broadcast``

@@ -189,14 +189,14 @@ async def plugin_main(redis_url: str) -> None:
 
         async def emit(count: int, size: int = 200) -> Json:
             pad = pad_for(size)
-            last = 0
             for _ in range(count):
                 counter["i"] += 1
                 event = delta_event(f"m-{counter['i']:07d}", stamp(pad))
-                last = controller.emit([event])[0]["cursor"]
+                controller.emit([event])
                 if counter["i"] % 200 == 0:
                     await asyncio.sleep(0)  # let the publisher task drain (nobody listens)
-            return {"head": last}
+            await controller.sequencer.durable()
+            return {"head": controller.outbox.head()}
 
         await serve_stdio({"info": info, "emit": emit})
 

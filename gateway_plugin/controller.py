@@ -13,6 +13,7 @@ import gc
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from gateway_plugin.delivery.orphans import Orphans
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.publisher import PUBLISHED_UPTO, Publisher
 from gateway_plugin.delivery.replies import Replies
+from gateway_plugin.delivery.sequencer import Sequencer
 from gateway_plugin.delivery.turns import Run, TurnTracker, classify, final_send, notice_events
 from gateway_plugin.hermes.transcript import Transcript
 from gateway_plugin.jobs import JobQueue
@@ -111,9 +113,16 @@ class Controller:
             on_published=lambda events: self.push.on_published(events),
             running=lambda: self.running,
         )
-        self.replies = Replies(bus, self.reader.note_reply)
+        self.sequencer = Sequencer(
+            self.outbox, ring=self.publisher.ring, publish=self.publisher.publish
+        )
+        self.publisher.reads = self.sequencer.run
+        self.replies = Replies(bus, self.reader.note_reply, self.sequencer.durable)
         self.orphans = Orphans(
-            self.outbox, self.turns, emit=self.emit, running=lambda: self.running
+            self.outbox,
+            self.turns,
+            emit=lambda events, finished: self.emit(events, finished=finished),
+            running=lambda: self.running,
         )
         self._background: set[asyncio.Task[None]] = set()
         self.titles = TitleUpgrades(
@@ -189,8 +198,10 @@ class Controller:
         self.running = False
         self.cancels.stop()
         admin.detach(self)
+        await self.sequencer.drain()  # what is queued, published while pushes are open
         await self.push.close(deadline)
         await self.jobs.close(deadline)
+        await self.sequencer.stop()
         everything_published = await self.publisher.publish_rest(deadline)
         if (repair := self.publisher.take_repair()) is not None:
             self._tasks.append(repair)
@@ -208,19 +219,18 @@ class Controller:
             await self.loop_probe.stop()
 
     # -- events out
-    def emit(self, events: list[Json]) -> list[Json]:
-        """Sequence events in the outbox, then ring the doorbell (in cursor order)."""
-        if not events:
-            return []
-        events = self.orphans.announce(events)
-        stored = self.outbox.append_encoded(events)
-        sequenced = [event for event, _ in stored]
-        self.publisher.ring(sequenced, [body.encode() for _, body in stored])
-        return sequenced
+    def emit(self, events: list[Json], *, finished: Sequence[str] = ()) -> None:
+        """Queue events for the outbox's next batch (and the runs `finished` with them);
+        published in cursor order once committed (`Sequencer`). Await
+        `sequencer.durable()` before acknowledging them."""
+        if not events and not finished:
+            return
+        events, opened = self.orphans.announce(events)
+        self.sequencer.emit(events, opened=opened, finished=finished)
 
-    def publish(self, sequenced: list[Json]) -> None:
-        """Publish events already sequenced (by `Outbox.record_send`) or never sequenced."""
-        self.publisher.publish(sequenced)
+    def publish(self, events: list[Json]) -> None:
+        """Publish events never sequenced (typing, control frames), behind those queued."""
+        self.sequencer.publish(events)
 
     async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
         await self.replies.reply(command, body, kind)
@@ -273,9 +283,9 @@ class Controller:
         reasoning = turn.reasoning if turn is not None else None
         # What Hermes no longer waits for closes in the run, before its end.
         self.desk.expire_lane(lane)
-        finished = self.emit(self.turns.finish(lane, status, error, reasoning))
+        finished = self.turns.finish(lane, status, error, reasoning)
+        self.emit(finished, finished=[run.run_id])
         self.titles.after_run(lane, finished)
-        self.outbox.finish_run(run.run_id)
 
     def on_answered_inline(self, lane: Lane, run_id: str) -> None:
         """Hermes answered the run's command beside the turn it still held the lane's
@@ -349,17 +359,7 @@ class Controller:
         except ChannelError as exc:
             log.warning("android: cannot open a thread in %s: %s", parent_chat_id, exc)
             return None
-        self.emit(
-            [
-                {
-                    "type": "channel.created",
-                    "lane": [entry.chat_id, entry.thread_id],
-                    "conversation_id": entry.conversation_id,
-                    "entry": entry.to_wire(),
-                    "auto": False,
-                }
-            ]
-        )
+        self.emit([entry.event("channel.created", auto=False)])
         return entry.thread_id
 
     def typing(self, lane: Lane, on: bool) -> None:

@@ -105,6 +105,16 @@ class ChannelEntry:
     created: float
     updated: float
 
+    def event(self, kind: str, **extra: Any) -> dict[str, Any]:
+        """The canonical event announcing this entry (`channel.created`, `.renamed`...)."""
+        return {
+            "type": kind,
+            "lane": [self.chat_id, self.thread_id],
+            "conversation_id": self.conversation_id,
+            "entry": self.to_wire(),
+            **extra,
+        }
+
     def to_wire(self) -> dict[str, Any]:
         # Every field is a scalar: a shallow copy is asdict's result without its recursion
         # (the channel directory is built for every batch of hellos).

@@ -77,16 +77,7 @@ class TitleUpgrades:
         except (ChannelError, sqlite3.Error):
             return
         if changed:
-            self._emit(
-                [
-                    {
-                        "type": "channel.renamed",
-                        "lane": [entry.chat_id, entry.thread_id],
-                        "conversation_id": entry.conversation_id,
-                        "entry": entry.to_wire(),
-                    }
-                ]
-            )
+            self._emit([entry.event("channel.renamed")])
 
 
 __all__ = ["TitleUpgrades"]

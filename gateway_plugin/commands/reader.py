@@ -166,6 +166,7 @@ class CommandReader:
             else:
                 await self._handle_hellos(hellos, acks)
                 replies = await self._handle_one(command)
+                await self.c.sequencer.durable()  # its effects first, then its record
                 self.c.outbox.mark_processed(
                     entry_id, command_once.replies_to_keep(command, replies)
                 )
@@ -237,5 +238,6 @@ class CommandReader:
                 except Exception:
                     log.exception("hello failed")
                     await self.c.reply_many([_failed(command)])
+        await self.c.sequencer.durable()
         self.c.outbox.mark_processed_many(entry_ids)
         acks.extend(entry_ids)

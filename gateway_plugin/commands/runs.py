@@ -118,18 +118,7 @@ class CommandHandler:
 
     def _broadcast_entries(self, kind: str, entries: list[ChannelEntry], **extra: Any) -> None:
         """One event per entry, sequenced together: devices never see half a change."""
-        self.c.emit(
-            [
-                {
-                    "type": kind,
-                    "lane": [entry.chat_id, entry.thread_id],
-                    "conversation_id": entry.conversation_id,
-                    "entry": entry.to_wire(),
-                    **extra,
-                }
-                for entry in entries
-            ]
-        )
+        self.c.emit([entry.event(kind, **extra) for entry in entries])
 
     def directory(self) -> list[Json]:
         """The channel list, each entry with the cron jobs that deliver into it."""
@@ -365,7 +354,9 @@ class CommandHandler:
                 "run_id": active.run_id,
                 "client_id": client_id,
             }
-            self.c.publish(self.c.outbox.record_send(key, result, [echo], None))
+            await self.c.sequencer.run(
+                self.c.outbox.record_send, key, result, [echo], None, then=self.c.publisher.publish
+            )
             await self._ack_send(command, result)
             if text.split(maxsplit=1)[0].lower() == "/stop":
                 # The run's cancel, whichever way it is asked for (see cmd_run_cancel).
@@ -391,10 +382,12 @@ class CommandHandler:
             "client_id": client_id,
         }
         # The uploads are announced in the send's transaction, right after the user turn,
-        # and claimed just after it (no await between: the idempotency record carries
-        # their ids, so a retry after a crash in between claims them again).
+        # and claimed once it has committed (the idempotency record carries their ids, so
+        # a retry after a crash in between claims them again). Its events are published
+        # as it commits, in cursor order with the batches around it.
         added = [added_event(claimed_view(u, entry, user_message_id, run.run_id)) for u in uploads]
-        sequenced = self.c.outbox.record_send(
+        await self.c.sequencer.run(
+            self.c.outbox.record_send,
             key,
             {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
             [echo, *added, *events],
@@ -407,6 +400,7 @@ class CommandHandler:
                 user_message_id, run.run_id, time.time(), len(text), text_digest(text)
             ),
             entry.conversation_id,
+            then=self.c.publisher.publish,
         )
         # Queued on attachments.db's thread, ahead of anything that reads the claim.
         self.c.storage.attachments.run_nowait(
@@ -418,7 +412,6 @@ class CommandHandler:
             claim_key=key or f"run:{run.run_id}",
             text=text,
         )
-        self.c.publish(sequenced)
         await self._ack_send(command, result, announced=True)
         await self._dispatch(command, entry, text, run.run_id, key, attachment_ids)
 
@@ -472,8 +465,7 @@ class CommandHandler:
         run = self.c.turns.active(lane)
         if run is not None and run.run_id == run_id:
             self.c.cancels.forget_cancel(lane, run_id)
-            self.c.emit(self.c.turns.finish(lane, "failed", error))
-            self.c.outbox.finish_run(run_id)
+            self.c.emit(self.c.turns.finish(lane, "failed", error), finished=[run_id])
 
     async def cmd_run_cancel(self, command: Json, args: cmds.RunCancelArgs) -> None:
         # A run still streaming into an archived lane may be stopped.

@@ -12,7 +12,7 @@ nothing (its start-up resume does, twice): no empty runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 from canonical.model import Json, Lane
@@ -32,7 +32,7 @@ class Orphans:
         outbox: Outbox,
         turns: TurnTracker,
         *,
-        emit: Callable[[list[Json]], object],
+        emit: Callable[[list[Json], Sequence[str]], object],
         running: Callable[[], bool],
     ) -> None:
         self.outbox = outbox
@@ -64,35 +64,35 @@ class Orphans:
         only turns Hermes' start-up restore may resume."""
         return set(self.orphans)
 
-    def announce(self, events: list[Json]) -> list[Json]:
-        """Before `events` are sequenced: open the unannounced runs they belong to, ahead
-        of them; an adopted run that produces something is settled."""
+    def announce(self, events: list[Json]) -> tuple[list[Json], list[Json]]:
+        """Before `events` are sequenced: the unannounced runs they belong to open ahead
+        of them; an adopted run that produces something is settled. The events, and the
+        runs opened (active_runs rows, stored in the events' transaction)."""
+        opened: list[Json] = []
         if self.unannounced:
-            events = self._announce(events)
+            events, opened = self._announce(events)
         if self.adopting:
             for event in events:
                 self.adopting.pop(str(event.get("run_id")), None)
-        return events
+        return events, opened
 
-    def _announce(self, events: list[Json]) -> list[Json]:
+    def _announce(self, events: list[Json]) -> tuple[list[Json], list[Json]]:
         out: list[Json] = []
+        opened: list[Json] = []
         for event in events:
             opening = self.unannounced.pop(str(event.get("run_id")), None)
             if opening is not None:
                 run = opening[0]
-                self.outbox.record_send(
-                    None,
-                    {},
-                    [],
+                opened.append(
                     {
                         "run_id": run["run_id"],
                         "lane": run["lane"],
                         "conversation_id": run["conversation_id"],
-                    },
+                    }
                 )
                 out.extend(opening)
             out.append(event)
-        return out
+        return out, opened
 
     def on_processing_start(self, lane: Lane, conversation_id: Callable[[], str | None]) -> None:
         """A turn starts in a lane with no active run: it adopts the lane's orphan, or
@@ -157,9 +157,9 @@ class Orphans:
                     "status": "failed",
                     "error": "interrupted by a gateway restart",
                 },
-            ]
+            ],
+            [run_id],
         )
-        self.outbox.finish_run(run_id)
 
 
 __all__ = ["ADOPT_WINDOW_S", "Orphans"]

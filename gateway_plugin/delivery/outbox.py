@@ -13,6 +13,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from canonical.jsonenc import dumps, dumps_clean
@@ -92,16 +93,25 @@ class Outbox:
         """Sequence events atomically; return them with `cursor` set (and `ts` if missing)."""
         return [event for event, _ in self.append_encoded(events)]
 
-    def append_encoded(self, events: list[Json]) -> list[tuple[Json, str]]:
-        """As `append`, with each event's JSON as stored (what the publisher sends on)."""
+    def append_encoded(
+        self, events: list[Json], opened: Sequence[Json] = (), finished: Sequence[str] = ()
+    ) -> list[tuple[Json, str]]:
+        """As `append`, with each event's JSON as stored (what the publisher sends on). In
+        the same transaction: the runs `opened` (active_runs rows, as `record_send`'s
+        `run`) and then those `finished` (run ids), so a run's row goes with its events."""
         now = time.time()
         out: list[tuple[Json, str]] = []
         with self._lock:
             cur = self._db.cursor()
             cur.execute("BEGIN IMMEDIATE")
             try:
+                for run in opened:
+                    _open_run(cur, run, now)
                 live = self._live_deltas(cur)
                 out, changed = _sequence(cur, events, now, live)
+                cur.executemany(
+                    "DELETE FROM active_runs WHERE run_id = ?", [(r,) for r in finished]
+                )
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -218,10 +228,7 @@ class Outbox:
                         (key, now, dumps(result)),
                     )
                 if run is not None:
-                    cur.execute(
-                        "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
-                        (run["run_id"], dumps(run["lane"]), run.get("conversation_id"), now),
-                    )
+                    _open_run(cur, run, now)
                 live = self._live_deltas(cur)
                 sequenced, changed = _sequence(cur, events, now, live)
                 cur.execute("COMMIT")
@@ -382,6 +389,13 @@ class Outbox:
         with self._lock:
             rows = self._db.execute("SELECT device_id, cursor FROM device_acks").fetchall()
         return {r[0]: int(r[1]) for r in rows}
+
+
+def _open_run(cur: sqlite3.Cursor, run: Json, now: float) -> None:
+    cur.execute(
+        "INSERT OR REPLACE INTO active_runs(run_id, lane, conversation_id, started) VALUES (?, ?, ?, ?)",
+        (run["run_id"], dumps(run["lane"]), run.get("conversation_id"), now),
+    )
 
 
 def _last_cursor(cur: sqlite3.Cursor) -> int:

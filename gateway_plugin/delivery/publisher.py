@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from canonical.backoff import Attempts
 from canonical.bus import Bus
@@ -20,8 +21,11 @@ from canonical.jsonenc import dumps
 from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.shutdown import Deadline
+from gateway_plugin.storage.thread import StorageClosed
 
 log = logging.getLogger("hdg.plugin")
+
+T = TypeVar("T")
 
 EXTERNAL_POLL_S = 1.0
 PUBLISH_BATCH = 256
@@ -54,6 +58,15 @@ class Publisher:
         self._doorbell_repair: asyncio.Task[None] | None = None
         self._unpublished = False  # an event's publish failed; the edges are not told yet
         self.seen_head = outbox.head()
+        # Runs outbox reads off the loop, behind the writes queued before them
+        # (`Sequencer.run`); None: on the caller's thread.
+        self.reads: Callable[..., Awaitable[Any]] | None = None
+
+    async def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        if self.reads is None:
+            return fn(*args)
+        result: T = await self.reads(fn, *args)
+        return result
 
     def idle(self) -> bool:
         """Nothing queued and nothing in flight."""
@@ -70,12 +83,13 @@ class Publisher:
             if event.get("cursor") == self.seen_head + 1:
                 self.seen_head += 1
         queue = self.queue
+        # One event straight onto the bus connection when nothing is queued or in flight
+        # (no task wake-up); several (a committed batch) to the publisher task, which
+        # sends them in one pipeline; otherwise behind what is queued, so order holds.
+        if len(payloads) == 1 and queue.empty() and not self.publishing:
+            if self.bus.publish_nowait(self.tenant, payloads[0], self.doorbell_lost):
+                return
         for payload in payloads:
-            # Straight onto the bus connection when nothing is queued or in flight (no
-            # task wake-up per event); otherwise behind what is, so order holds.
-            if queue.empty() and not self.publishing:
-                if self.bus.publish_nowait(self.tenant, payload, self.doorbell_lost):
-                    continue
             queue.put_nowait(payload)
 
     async def external_appends(self) -> None:
@@ -83,11 +97,16 @@ class Publisher:
         Devices would get them by replay anyway; this makes them live."""
         while True:
             await asyncio.sleep(EXTERNAL_POLL_S)
-            if self.outbox.head() > self.seen_head:
-                events, _ = self.outbox.since(self.seen_head)
-                self.publish(events)  # ours among them too: edges drop a cursor seen twice
-                if events:
-                    self.seen_head = max(self.seen_head, int(events[-1]["cursor"]))
+            try:
+                head = await self._read(self.outbox.head)
+                if head <= self.seen_head:
+                    continue
+                events, _ = await self._read(self.outbox.since, self.seen_head)
+            except StorageClosed:
+                return  # stopping: publish_rest takes what is left
+            self.publish(events)  # ours among them too: edges drop a cursor seen twice
+            if events:
+                self.seen_head = max(self.seen_head, int(events[-1]["cursor"]))
 
     async def run(self) -> None:
         # What queued up while a publish was in flight goes out in one round trip (a

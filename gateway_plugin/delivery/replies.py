@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from canonical.bus import Bus, direct_batches, direct_envelope
 from canonical.errors import BusUnavailable
@@ -15,17 +15,26 @@ log = logging.getLogger("hdg.plugin")
 
 class Replies:
     """`note_reply(command, kind, body)` keeps each reply for a redelivered command
-    (`CommandReader.note_reply`) before it is sent."""
+    (`CommandReader.note_reply`) before it is sent; `durable()` waits until every event
+    queued so far is committed (`Sequencer.durable`): no reply acknowledges an event a
+    crash could still lose, or precedes it on a replay."""
 
-    def __init__(self, bus: Bus, note_reply: Callable[[Json, str, Json], None]) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        note_reply: Callable[[Json, str, Json], None],
+        durable: Callable[[], Awaitable[None]],
+    ) -> None:
         self.bus = bus
         self._note = note_reply
+        self._durable = durable
 
     async def reply(self, command: Json, body: Json, kind: str = REPLY) -> None:
         self._note(command, kind, body)
         edge, conn = command.get("edge"), command.get("conn")
         if not edge or not conn:
             return
+        await self._durable()
         try:
             await self.bus.reply(str(edge), direct_envelope(str(conn), kind, body))
         except BusUnavailable:
@@ -43,6 +52,7 @@ class Replies:
                 by_edge.setdefault(str(command["edge"]), []).append(envelope)
         if not by_edge:
             return
+        await self._durable()
         # One message per edge, not per reply (a storm's batch of hellos): fewer PUBLISHes
         # for Redis and fewer messages for each edge to take apart.
         out = [

@@ -5,6 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+# How long a statement waits for another connection's write lock (a `hermes cron run`
+# process appending a delivery) before SQLite reports the file locked; storage jobs then
+# retry a few times (locked.py).
 BUSY_TIMEOUT_S = 5.0
 
 
@@ -21,8 +24,9 @@ def open_wal(
     locked"): on a storage thread, never on the event loop."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(
-        str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s
+        str(path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
     )
+    db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(schema)

@@ -43,6 +43,10 @@ class _Executor:
             raise StorageClosed(f"{self.name} is stopped")
         return self._pool.submit(fn, *args, **kwargs)
 
+    def submit(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Queue `fn(*args)`; its future, for callers that chain on its completion."""
+        return self._submit(fn, *args, **kwargs)
+
     async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(*args)` on this executor's thread(s); the loop only awaits."""
         return await asyncio.wrap_future(self._submit(fn, *args, **kwargs))

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.locked import is_locked
 from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
 from gateway_plugin.storage.thread import ReadPool, StorageThread
 
@@ -70,7 +71,7 @@ async def run_or_busy(
     try:
         return await thread.run(fn, *args, **kwargs)
     except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
+        if is_locked(exc):
             log.warning("%s: %s", thread.name, exc)
             raise StorageBusy(thread.name.removeprefix("hdg-").replace("-db", ".db")) from exc
         raise

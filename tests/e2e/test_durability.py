@@ -402,3 +402,56 @@ async def test_after_an_embedded_gateway_crash_mid_turn_hermes_resume_continues_
             "embedded crash mid-turn", phone.frames + back.frames, deployment.home.path, after
         )
     )
+
+
+async def test_a_send_is_in_the_outbox_and_the_replay_as_soon_as_it_is_acknowledged(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[slow] do the slow thing", "c-ack-then-replay")
+    # Read by another process the moment the ack arrived: the send is committed.
+    stored = outbox_events(deployment.home.path)
+    assert [e["type"] for e in stored if e.get("client_id") == "c-ack-then-replay"] == [
+        "message.complete",  # the user's message (iris: `message`)
+        "run.accepted",
+    ], stored
+    # A device replaying right after the ack gets it.
+    tablet = await deployment.iris("tablet", cursor=after)
+    echo = await tablet.wait_for(
+        lambda f: f.get("type") == "message" and f.get("client_id") == "c-ack-then-replay", 30
+    )
+    assert echo["message_id"] == f"u-{ack['client_id']}"
+    await tablet.wait_type("run.finished", timeout=90, run_id=ack["run_id"])
+
+
+async def test_a_gateway_killed_right_after_an_ack_loses_nothing_it_acknowledged(
+    embedded: Callable[..., Deployment],
+) -> None:
+    deployment = embedded()
+    port = deployment.ws_urls[0].rsplit(":", 1)[1]
+    phone = await deployment.iris("phone")
+    after = phone.last_cursor
+    ack = await _send(phone, "[slow] do the slow thing", "c-ack-then-kill")
+    deployment.gateway.kill9()
+    await phone.wait_closed()
+    acknowledged = [e for e in outbox_events(deployment.home.path) if e.get("cursor", 0) > after]
+    assert {"message.complete", "run.accepted"} <= {
+        e["type"] for e in acknowledged if e.get("client_id") == "c-ack-then-kill"
+    }, acknowledged
+    deployment.gateway.restart(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"))
+    back = await deployment.iris("phone", cursor=after)
+    echo = await back.wait_for(
+        lambda f: f.get("type") == "message" and f.get("client_id") == "c-ack-then-kill", 30
+    )
+    assert echo["message_id"] == f"u-{ack['client_id']}"
+    finished = await back.wait_type("run.finished", timeout=90, run_id=ack["run_id"])
+    assert finished["status"] in ("completed", "failed", "cancelled")
+    await _until(lambda: _finished(deployment, ack["run_id"]))
+    runs = [
+        e
+        for e in outbox_events(deployment.home.path)
+        if e["type"] == "run.finished" and e["run_id"] == ack["run_id"]
+    ]
+    assert len(runs) == 1

@@ -27,7 +27,9 @@ CRON_TEXT = "Cronjob Response: nightly\n(job_id: j1)\n-------------\n\nthe repor
 HOME = ("android:default", None)
 
 
-def _outbox(rig: _Rig) -> list[Json]:
+async def _outbox(rig: _Rig) -> list[Json]:
+    """What the outbox holds once everything emitted so far has committed."""
+    await rig.controller.sequencer.durable()
     return rig.controller.outbox.since(0)[0]
 
 
@@ -39,7 +41,9 @@ async def test_cron_output_during_a_users_run_is_a_cron_run_of_its_own(rig: _Rig
     controller.on_send(HOME, CRON_TEXT, {"job_id": "j1"})
     controller.on_send(HOME, ", violets are blue", None)
     assert controller.turns.active(HOME) is run and run.text() == "Roses are red, violets are blue"
-    cron = [e for e in _outbox(rig) if e["type"] == "message.complete" and e["kind"] == "cron"]
+    cron = [
+        e for e in (await _outbox(rig)) if e["type"] == "message.complete" and e["kind"] == "cron"
+    ]
     assert len(cron) == 1 and cron[0]["run_id"] != run.run_id
     # Under the seed's header in place of Hermes' wrapper (docs/protocol/iris.md).
     assert cron[0]["text"] == "[Cron delivery: nightly]\n\nthe report"
@@ -52,11 +56,11 @@ async def test_output_for_an_archived_or_unknown_lane_is_refused_and_stored_nowh
     controller = rig.controller
     channel = controller.channels.create_channel("Reports")
     controller.channels.delete(channel.chat_id)
-    before = len(_outbox(rig))
+    before = len(await _outbox(rig))
     for lane in ((channel.chat_id, None), ("android:default", "t_999")):
         with pytest.raises(ChannelError):
             controller.on_send(lane, CRON_TEXT, {"job_id": "j1"})
-    assert len(_outbox(rig)) == before
+    assert len(await _outbox(rig)) == before
 
 
 def _command(frame_type: str, request_id: str, *, dialect: str = "iris", **fields: Any) -> Json:
@@ -121,7 +125,7 @@ async def test_deleting_a_channel_stops_its_runs_and_announces_each_of_its_threa
         assert agent.stopped == [lane]
         deleted = [
             (e["entry"]["chat_id"], e["entry"]["thread_id"])
-            for e in _outbox(rig)
+            for e in (await _outbox(rig))
             if e["type"] == "channel.deleted"
         ]
         assert deleted == [(channel.chat_id, None), lane]
@@ -160,7 +164,7 @@ async def test_a_send_the_agent_refuses_fails_its_run_and_frees_the_lane(
     try:
         await rig.submit(_send("first", "c1"))
         await rig.replies_for(1)  # send.accepted: the send is stored
-        finished = [e for e in _outbox(rig) if e["type"] == "run.finished"]
+        finished = [e for e in (await _outbox(rig)) if e["type"] == "run.finished"]
         assert [f["status"] for f in finished] == ["failed"] and "send it again" in finished[0][
             "error"
         ]
@@ -280,7 +284,7 @@ async def test_moving_the_default_announces_both_channels_and_moves_the_thread_r
         await rig.replies_for(1)
         announced = [
             (e["entry"]["chat_id"], e["entry"]["is_default"])
-            for e in _outbox(rig)
+            for e in (await _outbox(rig))
             if e["type"] == "channel.renamed"
         ]
         assert announced == [("android:default", False), (work.chat_id, True)]

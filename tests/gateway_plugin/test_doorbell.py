@@ -91,6 +91,7 @@ async def test_an_event_whose_publish_failed_makes_the_edges_resync_once_redis_a
             with pytest.raises(BusUnavailable):
                 await plugin_bus.mux.execute("PING")
         controller.emit([{"type": "message", "text": "while partitioned"}])
+        await controller.sequencer.durable()  # handed to the publisher once committed
         wire = plugin_bus.mux._wire
         await until(lambda: wire is not None and wire.lost is not None, "the link given up")
         await until(
@@ -142,6 +143,7 @@ async def test_a_publish_redis_refuses_leaves_the_publisher_running_and_devices_
         wire = plugin_bus.mux._wire
         await until(lambda: wire is not None and wire.lost is not None, "the link dropped")
         controller.emit([{"type": "message", "text": "refused"}])
+        await controller.sequencer.durable()
         await until(
             lambda: controller.publisher.idle(),
             "the publisher done with the refused event",

@@ -29,11 +29,11 @@ class _Chosen:
         return f"reasoning effort set to {value}"
 
 
-def _offer(rig: _Rig, chosen: _Chosen) -> str:
+async def _offer(rig: _Rig, chosen: _Chosen) -> str:
     rig.controller.desk.on_picker(
         LANE, "choice", "session-1", {"title": "Reasoning", "choices": CHOICES}, chosen
     )
-    [offered] = [e for e in _outbox(rig) if e["type"] == "picker.choice"][-1:]
+    [offered] = [e for e in (await _outbox(rig)) if e["type"] == "picker.choice"][-1:]
     return str(offered["picker_id"])
 
 
@@ -41,17 +41,21 @@ def _select(picker_id: str, request_id: str) -> Json:
     return _command("picker.select", request_id, picker_id=picker_id, value="high")
 
 
-def _resolutions(rig: _Rig) -> list[tuple[str, str]]:
-    return [(e["picker_id"], e["status"]) for e in _outbox(rig) if e["type"] == "picker.resolved"]
+async def _resolutions(rig: _Rig) -> list[tuple[str, str]]:
+    return [
+        (e["picker_id"], e["status"])
+        for e in (await _outbox(rig))
+        if e["type"] == "picker.resolved"
+    ]
 
 
 async def _resolved(rig: _Rig) -> list[tuple[str, str]]:
     """The resolutions once the controller has handled the answer (it broadcasts one)."""
     for _ in range(500):
-        if _resolutions(rig):
+        if await _resolutions(rig):
             break
         await asyncio.sleep(0.01)
-    return _resolutions(rig)
+    return await _resolutions(rig)
 
 
 async def test_a_choice_reaches_hermes_until_its_expiry_and_is_refused_after_it(
@@ -59,7 +63,7 @@ async def test_a_choice_reaches_hermes_until_its_expiry_and_is_refused_after_it(
 ) -> None:
     clock = rig.controller.desk.state.clock = Clock()
     chosen = _Chosen()
-    in_time, late = _offer(rig, chosen), _offer(rig, chosen)
+    in_time, late = await _offer(rig, chosen), await _offer(rig, chosen)
     clock.now += PICKER_TTL_S - 1
     await rig.submit(_select(in_time, "p1"))
     assert await _resolved(rig) == [(in_time, "resolved")] and chosen.values == ["high"]
@@ -68,17 +72,17 @@ async def test_a_choice_reaches_hermes_until_its_expiry_and_is_refused_after_it(
     [reply] = await rig.replies_for(1)
     assert reply["body"]["code"] == "not_found" and "expired" in reply["body"]["message"]
     assert chosen.values == ["high"]  # the late one never reached Hermes
-    assert _resolutions(rig) == [(in_time, "resolved"), (late, "expired")]  # on every device
+    assert await _resolutions(rig) == [(in_time, "resolved"), (late, "expired")]  # on every device
     assert rig.controller.desk.state.pending == {}
 
 
 async def test_stale_pickers_are_closed_on_every_device_and_forgotten(rig: _Rig) -> None:
     desk = rig.controller.desk
     clock = desk.state.clock = Clock()
-    stale = [_offer(rig, _Chosen()) for _ in range(3)]
+    stale = [await _offer(rig, _Chosen()) for _ in range(3)]
     clock.now += PICKER_TTL_S
-    fresh = _offer(rig, _Chosen())  # offering a picker prunes the stale ones
-    assert sorted(_resolutions(rig)) == sorted((p, "expired") for p in stale)
+    fresh = await _offer(rig, _Chosen())  # offering a picker prunes the stale ones
+    assert sorted(await _resolutions(rig)) == sorted((p, "expired") for p in stale)
     assert list(desk.state.pending) == [fresh]
     clock.now += PICKER_TTL_S
     assert desk.expire_due() == 1 and desk.state.pending == {}

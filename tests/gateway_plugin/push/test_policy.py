@@ -89,7 +89,7 @@ class _Rig:
     async def hello(self, device_id: str, fcm_token: str | None = None) -> None:
         await self.command(device_id, "hello", cursor=None, fcm_token=fcm_token)
 
-    def reply_event(self, text: str = "done") -> int:
+    async def reply_event(self, text: str = "done") -> int:
         """A finished assistant reply (push-worthy); its cursor."""
         self.replied += 1
         reply = {
@@ -101,7 +101,7 @@ class _Rig:
             "text": text,
             "ts": now_iso(),
         }
-        [event] = self.controller.emit([reply])
+        [event] = await self.controller.sequencer.append([reply])
         return int(event["cursor"])
 
     async def decided(self) -> None:
@@ -183,11 +183,11 @@ async def test_a_token_fcm_calls_unregistered_is_dropped_and_not_tried_again(
 ) -> None:
     await rig.hello("phone", fcm_token="phone-token")
     fcm.script("phone-token", FcmScript.unregistered())
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: fcm.attempts["phone-token"] == 1, "the first push")
     await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
 
-    rig.reply_event()
+    await rig.reply_event()
     await rig.decided()
     assert len(rig.queued_for("phone")) == 1  # only the first
     phone = rig.controller.devices.get("phone")
@@ -199,9 +199,9 @@ async def test_a_token_fcm_calls_unregistered_is_dropped_and_not_tried_again(
 async def test_a_token_fcm_calls_invalid_is_dropped_too(rig: _Rig, fcm: FakeFcm) -> None:
     await rig.hello("phone", fcm_token="phone-token")
     fcm.script("phone-token", FcmScript.invalid_token())
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
-    rig.reply_event()
+    await rig.reply_event()
     await rig.decided()
     assert len(rig.queued_for("phone")) == 1
 
@@ -211,15 +211,15 @@ async def test_a_device_that_registers_its_token_again_is_pushed_again(
 ) -> None:
     await rig.hello("phone", fcm_token="phone-token")
     fcm.script("phone-token", FcmScript.unregistered())
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
-    rig.reply_event()
+    await rig.reply_event()
     await rig.decided()
     phone = rig.controller.devices.get("phone")
     assert phone is not None and phone.fcm_token is None
 
     await rig.command("phone", "fcm.register", token="phone-token")
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: fcm.deliveries("phone-token"), "a push to the registered token")
     assert fcm.attempts["phone-token"] == 2
 
@@ -229,11 +229,11 @@ async def test_a_token_registered_again_before_the_report_was_pruned_is_kept(
 ) -> None:
     await rig.hello("phone", fcm_token="phone-token")
     fcm.script("phone-token", FcmScript.unregistered())
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
 
     await rig.command("phone", "fcm.register", token="phone-token")
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: fcm.deliveries("phone-token"), "a push to the registered token")
 
 
@@ -243,11 +243,11 @@ async def test_a_dead_token_is_dropped_only_from_the_device_that_held_it(
     await rig.hello("phone", fcm_token="phone-token")
     await rig.hello("tablet", fcm_token="tablet-token")
     fcm.script("phone-token", FcmScript.unregistered())
-    rig.reply_event()
+    await rig.reply_event()
     await eventually(lambda: rig.controller.jobs.dead_fcm_tokens(TENANT), "the dead-token report")
     await eventually(lambda: fcm.deliveries("tablet-token"), "the tablet's push")
 
-    rig.reply_event()
+    await rig.reply_event()
     await rig.decided()
     assert [b["device_id"] for b in rig.queued] == ["tablet", "phone", "tablet"]
     tablet = rig.controller.devices.get("tablet")
@@ -268,7 +268,7 @@ async def test_a_push_waiting_out_a_retry_after_is_dropped_when_the_user_reads_t
     await rig.hello("laptop")
     fcm.script("phone-token", FcmScript.quota_exceeded(retry_after=1))
     skipped = pushes_skipped_as_read()
-    cursor = rig.reply_event()
+    cursor = await rig.reply_event()
     await eventually(lambda: fcm.attempts["phone-token"] == 1, "the first, refused attempt")
 
     await rig.command("laptop", "ack", cursor=cursor)  # read on the laptop meanwhile
@@ -289,10 +289,10 @@ async def test_only_an_ack_that_moves_the_mark_is_written_to_the_ack_ledger(
     monkeypatch.setattr(rig.controller.jobs, "note_ack", recorded)
     await rig.hello("phone")
     await rig.hello("laptop")
-    first = rig.reply_event()
+    first = await rig.reply_event()
     await rig.command("laptop", "ack", cursor=first)
     await rig.command("phone", "ack", cursor=first)  # the ledger has it already
-    second = rig.reply_event()
+    second = await rig.reply_event()
     await rig.command("phone", "read.receipt", cursor=second)
     await rig.hello("tablet")  # answered, so the unanswered acks before it were carried out
     await eventually(lambda: not rig.controller.push._ack_writes, "the ledger writes done")
@@ -306,7 +306,7 @@ async def test_a_delayed_push_outlives_a_restart_of_the_embedded_gateway(
     rig: _Rig = await make_rig(bus, push_delay_s=1.0)
     rig.controller.devices.seen("phone", fcm_token="phone-token")
     await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
-    rig.reply_event()  # someone is online: the push waits a second for an ack
+    await rig.reply_event()  # someone is online: the push waits a second for an ack
     await rig.decided()
     await rig.controller.stop()  # ...and the gateway restarts meanwhile
     assert fcm.deliveries("phone-token") == []
@@ -326,7 +326,7 @@ async def test_a_push_left_waiting_is_not_sent_once_its_event_was_read(
     await rig.hello("laptop")
     await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
     skipped = pushes_skipped_as_read()
-    cursor = rig.reply_event()
+    cursor = await rig.reply_event()
     await rig.decided()
     await rig.controller.stop()
 
@@ -347,7 +347,7 @@ async def test_pushes_left_waiting_are_dropped_when_push_was_turned_off(
     rig: _Rig = await make_rig(bus, push_delay_s=30.0)
     rig.controller.devices.seen("phone", fcm_token="phone-token")
     await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
-    rig.reply_event()
+    await rig.reply_event()
     await rig.decided()
     await rig.controller.stop()
     kept = PendingPushes(tmp_path / "android" / "pending_pushes.db")
@@ -375,7 +375,7 @@ async def test_a_stop_in_a_hurry_cuts_a_slow_push_short_and_the_next_process_sen
     bus = MemoryBus()
     rig: _Rig = await make_rig(bus)
     rig.controller.devices.seen("phone", fcm_token="phone-token")
-    rig.reply_event()  # nobody online: pushed at once
+    await rig.reply_event()  # nobody online: pushed at once
     await eventually(lambda: fcm.attempts["phone-token"] == 1, "the slow send under way")
 
     started = time.monotonic()
@@ -426,7 +426,7 @@ async def test_a_delayed_push_outlives_a_restart_of_the_gateway(
         rig: _Rig = await make_rig(bus, bus_url=redis.url, push_delay_s=1.0)
         rig.controller.devices.seen("phone", fcm_token="phone-token")
         await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
-        rig.reply_event()  # someone is online: the push waits a second for an ack
+        await rig.reply_event()  # someone is online: the push waits a second for an ack
         await rig.controller.stop()  # ...and the gateway restarts meanwhile
 
         await run_push_worker(redis.url)
@@ -448,7 +448,7 @@ async def test_a_delayed_push_outlives_a_redis_that_restarts_empty(
         rig: _Rig = await make_rig(bus, bus_url=redis.url, push_delay_s=1.0)
         rig.controller.devices.seen("phone", fcm_token="phone-token")
         await bus.device_online(TENANT, "laptop", {"edge": "e1", "conn": "c-laptop"})
-        rig.reply_event()  # someone is online: the push waits a second, in Redis
+        await rig.reply_event()  # someone is online: the push waits a second, in Redis
         await rig.decided()
         assert rig.controller.jobs.waiting_pushes() == 1
         redis.kill9()  # no persistence: the deferred job is gone with it
@@ -528,7 +528,7 @@ async def test_pushes_go_out_after_the_outbox_is_restored_from_a_backup(
         backup = tmp_path / "outbox-backup.db"
         rig.controller.outbox._db.execute(f"VACUUM INTO '{backup}'")  # the online backup
         for _ in range(5):  # events after the backup, all read on the laptop
-            cursor = rig.reply_event()
+            cursor = await rig.reply_event()
         await rig.command("laptop", "ack", cursor=cursor)
         ledger = RedisAcks(rig.controller.jobs._pool)
         await eventually(lambda: _equals(ledger.acked(TENANT), cursor), "the ack recorded")
@@ -540,7 +540,7 @@ async def test_pushes_go_out_after_the_outbox_is_restored_from_a_backup(
 
         restored: _Rig = await make_rig(bus, bus_url=redis.url)
         restored.controller.devices.seen("phone", fcm_token="phone-token")
-        new = restored.reply_event()
+        new = await restored.reply_event()
         assert new <= cursor  # a cursor the lost events had used
         await restored.decided()
         assert len(restored.queued_for("phone")) == 1
@@ -571,7 +571,7 @@ async def test_an_event_with_a_cursor_a_lost_event_had_is_pushed_too(
         rig.controller.devices.seen("phone", fcm_token="phone-token")
         backup = tmp_path / "outbox-backup.db"
         rig.controller.outbox._db.execute(f"VACUUM INTO '{backup}'")
-        lost = rig.reply_event("lost with the restore")
+        lost = await rig.reply_event("lost with the restore")
         await rig.decided()
         await run_push_worker(redis.url)
         assert len(fcm.deliveries("phone-token")) == 1
@@ -582,7 +582,7 @@ async def test_an_event_with_a_cursor_a_lost_event_had_is_pushed_too(
         backup.rename(outbox)
 
         restored: _Rig = await make_rig(bus, bus_url=redis.url)
-        assert restored.reply_event("new") == lost
+        assert await restored.reply_event("new") == lost
         await restored.decided()
         await run_push_worker(redis.url)
         assert len(fcm.deliveries("phone-token")) == 2
