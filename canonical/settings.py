@@ -276,6 +276,12 @@ class GatewaySettings(HdgSettings):
         json_schema_extra={"extra_keys": ["redis_health_check_s"]},
         description="Scaled mode: seconds of silence after which a Redis connection is checked with a PING.",
     )
+    loop_probe: bool = Field(
+        default=False,
+        validation_alias="ANDROID_LOOP_PROBE",
+        json_schema_extra={"extra_keys": ["loop_probe"]},
+        description="Measure how late the gateway's event loop runs its callbacks (p50/p99/max lag, exported as metrics) and log the slowest ones (docs/performance.md, Hermes' event loop).",
+    )
     fastpath: Literal["on", "off"] = Field(
         default="on",
         validation_alias="ANDROID_FASTPATH",

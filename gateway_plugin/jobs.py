@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from canonical.model import Json
 from canonical.settings import GatewaySettings
 from gateway_plugin.push.pending import PendingPushes, remaining_delay
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
+from gateway_plugin.storage.thread import StorageThread
 
 log = logging.getLogger("hdg.plugin.jobs")
 
@@ -30,7 +32,11 @@ RECONCILE_S = 5.0
 
 class JobQueue:
     def __init__(
-        self, settings: GatewaySettings, media_root: Path, pending_path: Path | None = None
+        self,
+        settings: GatewaySettings,
+        media_root: Path,
+        pending_path: Path | None = None,
+        pending_writes: StorageThread | None = None,
     ) -> None:
         self.settings = settings
         self.media_root = media_root
@@ -38,6 +44,9 @@ class JobQueue:
         # restart of this process (embedded) or of Redis (scaled): pending_pushes.
         self._pending_path = pending_path
         self._pending: PendingPushes | None = None
+        # pending_pushes.db's storage thread: the embedded path's records are written
+        # there, in order, never on the event loop (without it: in place).
+        self._pending_writes = pending_writes
         self._reconciler: asyncio.Task[None] | None = None
         self._runner: Any = None
         self._pool: Any = None
@@ -163,7 +172,7 @@ class JobQueue:
     def _submit_embedded(self, body: Json, not_before: float) -> None:
         job_id = _push_job_id(body)
         if self._pending is not None:
-            self._pending.add(job_id, body, not_before)
+            self._write_pending(self._pending.add, job_id, body, not_before)
         job = self._runner.submit_push(body, defer=remaining_delay(not_before, time.time()))
         if job is not None and self._pending is not None:
             job.add_done_callback(self._push_done)
@@ -171,7 +180,13 @@ class JobQueue:
     def _push_done(self, job: Any) -> None:
         # Cancelled by the runner's close: still owed, so the next process sends it.
         if self._pending is not None and not job.cancelled_at_shutdown():
-            self._pending.remove(job.job_id)
+            self._write_pending(self._pending.remove, job.job_id)
+
+    def _write_pending(self, fn: Callable[..., object], *args: Any) -> None:
+        if self._pending_writes is not None:
+            self._pending_writes.run_nowait(fn, *args)
+        else:
+            fn(*args)
 
     async def _enqueue_push(self, body: Json, not_before: datetime) -> None:
         from redis.exceptions import ConnectionError as RedisConnectionError
@@ -245,7 +260,10 @@ class JobQueue:
             await self._runner.close(deadline.left(self._runner.config.job_completion_wait))
             await asyncio.sleep(0)  # the finished jobs' _push_done callbacks run first
         if self._pending is not None:
-            await asyncio.to_thread(self._pending.close)
+            if self._pending_writes is not None:
+                await self._pending_writes.run(self._pending.close)  # behind what is queued
+            else:
+                await asyncio.to_thread(self._pending.close)
             self._pending = None
         if self._pool is not None:
             await self._pool.aclose()

@@ -65,7 +65,7 @@ def expire_stale(c: Controller) -> None:
 async def attachment_retention(c: Controller) -> None:
     while True:
         try:
-            await asyncio.to_thread(c.attachments.cleanup)
+            await c.storage.attachments.run(c.attachments.cleanup)
         except Exception:
             log.exception("attachment cleanup failed; retrying in an hour")
         await asyncio.sleep(ATTACHMENT_CLEANUP_S)

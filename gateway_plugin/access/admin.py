@@ -39,7 +39,8 @@ from canonical.envfile import update_env_file
 from canonical.errors import BusUnavailable
 from canonical.model import Json
 from canonical.protocol import error_body
-from gateway_plugin.access.plugin_metrics import _CONTROLLERS, _metrics_server
+from gateway_plugin.access.plugin_metrics import _CONTROLLERS, _metrics_server, counted
+from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -179,7 +180,7 @@ async def _devices_list(controller: Controller, command: Json, args: Json) -> No
     except BusUnavailable:
         online = {}
     devices = []
-    for device in controller.devices.list():
+    for device in await run_or_busy(controller.storage.devices, controller.devices.list):
         wire = device.to_wire()
         where = online.get(device.device_id)
         wire["online"] = where is not None
@@ -194,7 +195,8 @@ async def _devices_list(controller: Controller, command: Json, args: Json) -> No
 
 async def _devices_revoke(controller: Controller, command: Json, args: Json) -> None:
     device_id = str(args.get("device_id") or "")
-    device = controller.devices.revoke(device_id)
+    revoke = counted(controller, controller.devices.revoke)
+    device = await run_or_busy(controller.storage.devices, revoke, device_id)
     if device is None:
         await controller.reply(
             command,

@@ -12,6 +12,8 @@ from canonical.model import Json
 from canonical.protocol import error_body
 from gateway_plugin.access.admin import CLOSE_REVOKED
 from gateway_plugin.access.devices import Hello
+from gateway_plugin.access.plugin_metrics import counted
+from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -24,10 +26,14 @@ HELLO_REFUSED = Counter(
 )
 
 
-def on_hellos(controller: Controller, commands: list[Json]) -> list[Json | None]:
-    """Record the devices (one transaction); per hello, the close body refusing it if its
-    device was revoked, else None."""
-    revoked = controller.devices.record_hellos([_hello_record(command) for command in commands])
+async def on_hellos(controller: Controller, commands: list[Json]) -> list[Json | None]:
+    """Record the devices (one transaction, on devices.db's storage thread); per hello,
+    the close body refusing it if its device was revoked, else None."""
+    revoked = await run_or_busy(
+        controller.storage.devices,
+        counted(controller, controller.devices.record_hellos),
+        [_hello_record(command) for command in commands],
+    )
     refusals: list[Json | None] = []
     for command in commands:
         device_id = str(command.get("device_id"))

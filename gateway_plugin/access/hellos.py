@@ -47,7 +47,7 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             frame = error_body("unauthorized", "this device is not allowed", _request_id(command))
             closes[id(command)] = {"code": CLOSE_NOT_ALLOWED, "frame": frame}
     if gated:  # recorded, revoked ones refused (admin)
-        for command, refusal in zip(gated, hello_gate.on_hellos(c, gated), strict=True):
+        for command, refusal in zip(gated, await hello_gate.on_hellos(c, gated), strict=True):
             if refusal is not None:
                 closes[id(command)] = refusal
     welcome = [command for command in commands if id(command) not in closes]

@@ -20,6 +20,7 @@ from canonical.protocol import now_iso
 from gateway_plugin.attachments import media_jobs
 from gateway_plugin.attachments.record import Attachment, AttachmentError
 from gateway_plugin.attachments.registry import CLOCK_SKEW_S, AttachmentRegistry, StageMedia
+from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
     from gateway_plugin.channels.store import ChannelEntry
@@ -176,14 +177,17 @@ async def cmd_check(controller: Controller, command: Json, args: Json) -> None:
 async def cmd_register(controller: Controller, command: Json, args: Json) -> None:
     entry = resolve_entry(controller, args)
     attachment_id, sha256 = str(args.get("attachment_id")), str(args.get("sha256") or "")
-    known = controller.attachments.records([attachment_id])
+    thread = controller.storage.attachments
+    known = await run_or_busy(thread, controller.attachments.records, [attachment_id])
     if known and known[0].direction == "inbound" and known[0].sha256 == sha256:
         # Registered before, and the reply was lost: an edge retrying an upload's finish.
         await controller.reply(
             command, {"type": "attachment.registered", "attachment": known[0].descriptor()}
         )
         return
-    record = controller.attachments.register_inbound(
+    record = await run_or_busy(
+        thread,
+        controller.attachments.register_inbound,
         attachment_id,
         entry,
         filename=str(args.get("filename") or ""),
@@ -198,7 +202,11 @@ async def cmd_register(controller: Controller, command: Json, args: Json) -> Non
 
 
 async def cmd_get(controller: Controller, command: Json, args: Json) -> None:
-    record = controller.attachments.get(str(args.get("attachment_id") or ""))
+    record = await run_or_busy(
+        controller.storage.attachments,
+        controller.attachments.get,
+        str(args.get("attachment_id") or ""),
+    )
     if record is None:
         raise AttachmentError("not_found", "Attachment unavailable")
     await controller.reply(
@@ -230,6 +238,7 @@ async def deliver(
     if entry is None:
         raise AttachmentError("conversation_not_found", "no conversation for this lane")
     run = controller.active_run(lane)
+    # A thread of its own, not attachments.db's: it copies the file first.
     record = await asyncio.to_thread(
         controller.attachments.add_outbound,
         source,

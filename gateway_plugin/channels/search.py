@@ -13,6 +13,7 @@ import logging
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -35,6 +36,12 @@ MAX_LIMIT: Final = 200
 # for roughly the same ~12 words of context.
 SNIPPET_TOKENS: Final = {FTS_WORDS: 12, FTS_TRIGRAM: 48}
 _LIKE_WINDOW: Final = 64  # characters of context in a LIKE-path snippet
+# The LIKE fallback scans rows one by one: at most the newest LIKE_SCAN_ROWS messages, and
+# no longer than LIKE_BUDGET_S (an interrupted scan answers no hits; the wire has no
+# "partial" marker). It runs on the read pool, so the bound protects the pool, not the loop.
+LIKE_SCAN_ROWS: Final = 20_000
+LIKE_BUDGET_S: Final = 0.25
+_PROGRESS_STEPS: Final = 10_000  # SQLite VM steps between two looks at the clock
 
 
 class SearchError(CommandError):
@@ -195,7 +202,17 @@ class SearchIndex:
     def _like(
         self, conn: sqlite3.Connection, terms: Sequence[str], where: SearchFilter, limit: int
     ) -> list[SearchHit]:
-        rows = state_db.newest_rows(conn, where, limit)
+        deadline = time.monotonic() + LIKE_BUDGET_S
+        conn.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
+        try:
+            rows = state_db.newest_rows(conn, where, limit, scan_rows=LIKE_SCAN_ROWS)
+        except sqlite3.OperationalError as exc:
+            if "interrupted" not in str(exc):
+                raise
+            logger.info("substring search cut at %.0f ms: no hits returned", LIKE_BUDGET_S * 1000)
+            return []
+        finally:
+            conn.set_progress_handler(None, 0)
         return [_hit((*row[:4], like_snippet(str(row[4]), terms), *row[5:])) for row in rows]
 
 

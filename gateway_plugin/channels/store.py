@@ -1,8 +1,13 @@
 """Channel directory (channels.db): the app's source of truth for channels and threads.
 
 Lanes are ``(chat_id, thread_id)`` pairs, exactly what Hermes addresses. Rows are never
-hard-deleted: archived lanes stay searchable and their ids retired. Synchronous on purpose:
-every operation is a tiny indexed statement on a local file.
+hard-deleted: archived lanes stay searchable and their ids retired. Synchronous on purpose
+(workers and CLI processes use it directly); the plugin calls its writes on channels.db's
+storage thread. Reads come from an in-memory snapshot of the (small) table, reloaded after
+every write of this process and whenever another process changed the file, so the
+synchronous Hermes callbacks that need a lane on the event loop never touch SQLite: with
+``refresh_on_read=False`` (the plugin) a reader never checks the file itself, the storage
+thread's periodic ``refresh()`` does.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
 
 Kind = Literal["default", "channel", "thread"]
 NameSource = Literal["derived", "llm", "user"]
@@ -139,20 +145,53 @@ def _row_to_entry(row: sqlite3.Row) -> ChannelEntry:
     return ChannelEntry(**data)
 
 
+def _named(entries: tuple[ChannelEntry, ...], wanted: str) -> EntryList:
+    """Channels (never threads) named `wanted` (casefolded): live ones first, then the
+    default, then the oldest."""
+    found = [e for e in entries if e.kind != "thread" and e.name.casefold() == wanted]
+    found.sort(key=lambda e: (e.archived, not e.is_default, e.created))
+    return found
+
+
 def _suffix_number(value: str, prefix: str) -> int:
     tail = value.removeprefix(prefix)
     return int(tail) if tail != value and tail.isascii() and tail.isdigit() else 0
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """Every entry, in rowid order, and its indexes; replaced whole, never mutated."""
+
+    entries: tuple[ChannelEntry, ...]
+    by_lane: dict[tuple[str, str], ChannelEntry]
+    by_conversation: dict[str, ChannelEntry]
+
+    @classmethod
+    def of(cls, entries: EntryList) -> _Snapshot:
+        return cls(
+            tuple(entries),
+            {(e.chat_id, e.thread_id or ""): e for e in entries},
+            {e.conversation_id: e for e in entries},
+        )
+
+
 class ChannelDirectory:
-    def __init__(self, path: Path, home_chat_id: str = "android:default") -> None:
+    def __init__(
+        self,
+        path: Path,
+        home_chat_id: str = "android:default",
+        *,
+        refresh_on_read: bool = True,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
         self.home_chat_id = home_chat_id
         # Minted ids share the home channel's platform prefix ("android:chan_7").
         self._prefix = home_chat_id.split(":", 1)[0] + ":" if ":" in home_chat_id else "android:"
         path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._refresh_on_read = refresh_on_read
         self._conn = sqlite3.connect(
-            str(path), check_same_thread=False, isolation_level=None, timeout=5.0
+            str(path), check_same_thread=False, isolation_level=None, timeout=busy_timeout_s
         )
         self._conn.row_factory = sqlite3.Row
         self._conn.executescript("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
@@ -164,6 +203,30 @@ class ChannelDirectory:
             self._conn.executescript(
                 f"BEGIN; {_MIGRATIONS[target]} PRAGMA user_version = {target + 1}; COMMIT;"
             )
+        self._data_version = -1
+        self._snap = _Snapshot.of([])
+        with self._lock:
+            self._reload()
+
+    def _reload(self) -> None:
+        """Read the whole table into a new snapshot (under the lock)."""
+        self._data_version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        rows = self._conn.execute("SELECT * FROM entries ORDER BY rowid").fetchall()
+        self._snap = _Snapshot.of([_row_to_entry(r) for r in rows])
+
+    def refresh(self) -> bool:
+        """Reload the snapshot if another process changed the file; True if it did."""
+        with self._lock:
+            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            if version == self._data_version:
+                return False
+            self._reload()
+            return True
+
+    def _snapshot(self) -> _Snapshot:
+        if self._refresh_on_read:
+            self.refresh()
+        return self._snap
 
     def close(self) -> None:
         with self._lock:
@@ -179,6 +242,7 @@ class ChannelDirectory:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+            self._reload()
 
     def _fetch(self, chat_id: str, thread_id: str | None) -> ChannelEntry | None:
         row = self._conn.execute(
@@ -194,51 +258,36 @@ class ChannelDirectory:
             raise ArchivedError(f"{entry.name!r} is archived")
         return entry
 
-    def _channels_named(self, name: str) -> EntryList:
-        # casefold in Python: SQLite's lower() only folds ASCII.
-        wanted = name.strip().casefold()
-        rows = self._conn.execute(
-            "SELECT * FROM entries WHERE kind != 'thread' "
-            "ORDER BY archived, is_default DESC, created, rowid"
-        ).fetchall()
-        return [_row_to_entry(r) for r in rows if r["name"].casefold() == wanted]
-
     def list(self, include_archived: bool = True) -> EntryList:
-        where = "" if include_archived else " WHERE archived = 0"
-        with self._lock:
-            rows = self._conn.execute(f"SELECT * FROM entries{where} ORDER BY rowid").fetchall()
-        return [_row_to_entry(r) for r in rows]
+        entries = self._snapshot().entries
+        return [e for e in entries if include_archived or not e.archived]
 
     def get(self, chat_id: str, thread_id: str | None = None) -> ChannelEntry | None:
-        with self._lock:
-            return self._fetch(chat_id, thread_id)
+        return self._snapshot().by_lane.get((chat_id, thread_id or ""))
 
     def lane_for(self, chat_id: str, thread_id: str | None) -> ChannelEntry:
         """Like ``get`` but raises ``not_found`` (for command handlers)."""
-        with self._lock:
-            return self._require(chat_id, thread_id)
+        entry = self.get(chat_id, thread_id)
+        if entry is None:
+            raise NotFoundError(f"unknown lane {chat_id}" + (f":{thread_id}" if thread_id else ""))
+        return entry
 
     def get_by_conversation_id(self, conversation_id: str) -> ChannelEntry | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT * FROM entries WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()
-        return _row_to_entry(row) if row else None
+        return self._snapshot().by_conversation.get(conversation_id)
 
     def find_by_name(self, name: str) -> ChannelEntry | None:
         """Channel (never a thread) by case-insensitive name; live ones beat archived."""
-        with self._lock:
-            found = self._channels_named(name)
+        found = _named(self._snapshot().entries, name.strip().casefold())
         return found[0] if found else None
 
     def chat_ids_matching(self, name_or_id: str) -> StrList:
         """Every chat a search ``channel:`` qualifier may mean, archived ones included."""
-        with self._lock:
-            ids = [e.chat_id for e in self._channels_named(name_or_id)]
-            for candidate in (name_or_id, self._prefix + name_or_id):
-                entry = self._fetch(candidate, None)
-                if entry is not None and entry.chat_id not in ids:
-                    ids.append(entry.chat_id)
+        snap = self._snapshot()
+        ids = [e.chat_id for e in _named(snap.entries, name_or_id.strip().casefold())]
+        for candidate in (name_or_id, self._prefix + name_or_id):
+            entry = snap.by_lane.get((candidate, ""))
+            if entry is not None and entry.chat_id not in ids:
+                ids.append(entry.chat_id)
         return ids
 
     def resolve_target(self, target: str) -> ChannelEntry:
@@ -246,17 +295,17 @@ class ChannelDirectory:
         ``android:chan_7:t_31``, ``chan_7``, ``default``, ``chan_7:t_31`` or a channel name."""
         target = target.strip()
         entry: ChannelEntry | None = None
-        with self._lock:
-            for candidate in (target, self._prefix + target) if target else ():
-                entry = self._fetch(candidate, None)
-                if entry is None and ":" in candidate:
-                    # Chat ids hold a colon themselves: the thread follows the *last* one.
-                    chat, thread = candidate.rsplit(":", 1)
-                    entry = self._fetch(chat, thread) if thread else None
-                if entry is not None:
-                    break
-            if entry is None and target:
-                entry = next(iter(self._channels_named(target)), None)
+        snap = self._snapshot()
+        for candidate in (target, self._prefix + target) if target else ():
+            entry = snap.by_lane.get((candidate, ""))
+            if entry is None and ":" in candidate:
+                # Chat ids hold a colon themselves: the thread follows the *last* one.
+                chat, thread = candidate.rsplit(":", 1)
+                entry = snap.by_lane.get((chat, thread)) if thread else None
+            if entry is not None:
+                break
+        if entry is None and target:
+            entry = next(iter(_named(snap.entries, target.casefold())), None)
         if entry is None:
             raise NotFoundError(f"unknown target {target!r}")
         if entry.archived:
@@ -371,11 +420,10 @@ class ChannelDirectory:
 
     def default(self) -> ChannelEntry:
         """The default channel: where threads, auto-threading and the threads toggle live."""
-        with self._lock:
-            row = self._conn.execute("SELECT * FROM entries WHERE is_default = 1").fetchone()
-        if row is None:
+        entry = next((e for e in self._snapshot().entries if e.is_default), None)
+        if entry is None:
             raise NotFoundError("there is no default channel yet")
-        return _row_to_entry(row)
+        return entry
 
     def set_default(self, chat_id: str) -> tuple[ChannelEntry, EntryList]:
         """Make a channel the default, in one transaction. The threads toggle belongs to

@@ -9,24 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 
 from canonical.model import Json, Lane
 from gateway_plugin.channels.store import ChannelDirectory, ChannelError
 from gateway_plugin.channels.titles import PendingTitles, clean_generated_title
 from gateway_plugin.ports import AgentPort
+from gateway_plugin.storage.thread import StorageThread
 
 log = logging.getLogger("hdg.plugin")
 
 
 class TitleUpgrades:
     """`emit` sequences and publishes the rename; `background` keeps its task alive;
-    `running` says whether the plugin still runs."""
+    `running` says whether the plugin still runs. The rename runs on `writes`,
+    channels.db's storage thread."""
 
     def __init__(
         self,
         agent: AgentPort,
         channels: ChannelDirectory,
+        writes: StorageThread,
         *,
         emit: Callable[[list[Json]], object],
         background: Callable[[asyncio.Task[None]], None],
@@ -34,6 +38,7 @@ class TitleUpgrades:
     ) -> None:
         self.agent = agent
         self.channels = channels
+        self.writes = writes
         self.pending = PendingTitles()
         self._emit = emit
         self._background = background
@@ -67,8 +72,9 @@ class TitleUpgrades:
         if not title or not self._running():
             return
         try:
-            entry, changed = self.channels.rename(lane[0], lane[1], title, "llm")
-        except ChannelError:
+            rename = self.channels.rename
+            entry, changed = await self.writes.run(rename, lane[0], lane[1], title, "llm")
+        except (ChannelError, sqlite3.Error):
             return
         if changed:
             self._emit([entry.event("channel.renamed")])

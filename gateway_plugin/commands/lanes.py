@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from canonical.model import Json, Lane
 from canonical.model import commands as cmds
@@ -16,9 +17,13 @@ from gateway_plugin.channels.store import ChannelEntry
 from gateway_plugin.delivery import message_ids
 from gateway_plugin.errors import CommandError
 from gateway_plugin.hermes.transcript import page
+from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
     from gateway_plugin.commands.runs import CommandHandler
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 HISTORY_ID = re.compile(r"m\d{1,18}")  # a transcript row (gateway_plugin.hermes.transcript)
 
@@ -68,14 +73,20 @@ class LaneCommands:
         entry = self.h._entry_for(args["target"], archived_ok=True)
         reply: HistoryReply
         if args["view"] == "conversation":
-            reply = self._conversation_page(entry, args, command.get("request_id"))
-        else:
-            before = args["before_message_id"]
-            messages, has_more = await asyncio.to_thread(
-                self._live_page, lane_of(entry), entry.conversation_id, args["limit"], before
+            before_id = _before(args)
+            rows = await run_or_busy(
+                self.c.storage.reads, self._conversation_rows, entry, args["limit"], before_id
             )
-            # The user's own words, not the inlined attachment text Hermes ran.
-            messages, _ = display_messages(self.c.attachments, entry.conversation_id, messages)
+            reply = self._conversation_page(entry, rows, command.get("request_id"))
+        else:
+            messages, has_more = await run_or_busy(
+                self.c.storage.reads,
+                self._live_page,
+                lane_of(entry),
+                entry.conversation_id,
+                args["limit"],
+                args["before_message_id"],
+            )
             reply = {
                 "type": "history",
                 "request_id": command.get("request_id"),
@@ -86,13 +97,13 @@ class LaneCommands:
             }
         await self.c.reply(command, dict(reply))
 
-    def _conversation_page(
-        self, entry: ChannelEntry, args: cmds.HistoryArgs, request_id: Any
-    ) -> HistoryReply:
-        """Transcript rows as Hermes stored them, and the lane's state at this instant."""
-        lane = lane_of(entry)
-        limit = min(args["limit"], MAX_HISTORY)
-        messages, has_more = self.c.transcript.messages(lane, limit, _before(args))
+    def _conversation_rows(
+        self, entry: ChannelEntry, limit: int, before: str | None
+    ) -> tuple[list[Json], bool, list[Json]]:
+        """The page's messages, whether there are more, and the lane's attachments (a
+        read-pool thread: state.db and attachments.db)."""
+        limit = min(limit, MAX_HISTORY)
+        messages, has_more = self.c.transcript.messages(lane_of(entry), limit, before)
         # Users' own texts (Hermes stores the turn with inlined files) and the attachments
         # anchored to the transcript's message ids where the page shows the turn.
         messages, anchors = display_messages(self.c.attachments, entry.conversation_id, messages)
@@ -100,6 +111,14 @@ class LaneCommands:
             a.descriptor(anchors.get(a.message_id or ""))
             for a in self.c.attachments.for_conversation(entry.conversation_id)
         ]
+        return messages, has_more, attachments
+
+    def _conversation_page(
+        self, entry: ChannelEntry, rows: tuple[list[Json], bool, list[Json]], request_id: Any
+    ) -> HistoryReply:
+        """Transcript rows as Hermes stored them, and the lane's state at this instant."""
+        lane = lane_of(entry)
+        messages, has_more, attachments = rows
         run = self.c.turns.active(lane)
         snapshot = self.c.desk.snapshot(lane)
         run_state = None
@@ -148,7 +167,10 @@ class LaneCommands:
             raise CommandError(
                 "bad_request", "before_message_id is no message of this lane's history"
             )
-        return page(named, limit, before)
+        messages, has_more = page(named, limit, before)
+        # The user's own words, not the inlined attachment text Hermes ran.
+        messages, _ = display_messages(self.c.attachments, conversation_id, messages)
+        return messages, has_more
 
     def _hit_ids(self, lanes: dict[Lane, str]) -> dict[int, str]:
         """Transcript row → the id of the message it is part of, for these lanes."""
@@ -158,6 +180,10 @@ class LaneCommands:
                 for row in message["rows"]:
                     ids[row] = message["message_id"]
         return ids
+
+    async def _write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """A channel directory write, on channels.db's storage thread."""
+        return await run_or_busy(self.c.storage.channels, fn, *args, **kwargs)
 
     async def _result(self, command: Json, entry: ChannelEntry) -> None:
         await self.c.reply(
@@ -175,7 +201,8 @@ class LaneCommands:
         if args["activity"]:
             for channel in channels:
                 lane = (channel["chat_id"], channel["thread_id"])
-                channel["session_id"], channel["last_active"] = self.c.transcript.latest(lane)
+                activity = await run_or_busy(self.c.storage.reads, self.c.transcript.latest, lane)
+                channel["session_id"], channel["last_active"] = activity
         reply: ChannelListReply = {
             "type": "channel.list",
             "request_id": command.get("request_id"),
@@ -186,9 +213,10 @@ class LaneCommands:
     async def cmd_channel_create(self, command: Json, args: cmds.ChannelCreateArgs) -> None:
         if args["kind"] == "thread":
             parent = args["parent_chat_id"] or self.c.channels.default().chat_id
-            entry = self.c.channels.create_thread(str(parent), args["name"] or "New thread")
+            name = args["name"] or "New thread"
+            entry = await self._write(self.c.channels.create_thread, str(parent), name)
         else:
-            entry = self.c.channels.create_channel(args["name"] or "")
+            entry = await self._write(self.c.channels.create_channel, args["name"] or "")
         await self._result(command, entry)
         self._broadcast_entry("channel.created", entry, auto=False)
 
@@ -198,13 +226,15 @@ class LaneCommands:
             lane = lane_of(self.h._entry_for(target))
         else:
             lane = (target["chat_id"], target["thread_id"])
-        entry, changed = self.c.channels.rename(lane[0], lane[1], args["name"], "user")
+        entry, changed = await self._write(
+            self.c.channels.rename, lane[0], lane[1], args["name"], "user"
+        )
         await self._result(command, entry)
         if changed:
             self._broadcast_entry("channel.renamed", entry)
 
     async def cmd_channel_set_default(self, command: Json, args: cmds.ChatIdArgs) -> None:
-        entry, changed = self.c.channels.set_default(args["chat_id"])
+        entry, changed = await self._write(self.c.channels.set_default, args["chat_id"])
         await self._result(command, entry)
         # The old default's entry changed too (flag, threads toggle): say so in the same
         # breath, or devices would show two defaults.
@@ -218,7 +248,8 @@ class LaneCommands:
         else:
             chat_id, thread_id = target["chat_id"], target["thread_id"]
         if args["purge_history"]:
-            self.c.agent.delete_transcript((chat_id, thread_id))
+            # Hermes' SessionDB writes state.db: a thread of its own, never the loop.
+            await asyncio.to_thread(self.c.agent.delete_transcript, (chat_id, thread_id))
             if self.c.channels.is_permanent(named):  # its history is gone, the lane stays
                 await self._result(command, named)
                 return
@@ -231,7 +262,7 @@ class LaneCommands:
                 if e.chat_id == chat_id and e.thread_id is not None
             ]
         )
-        entry = self.c.channels.delete(chat_id, thread_id)
+        entry = await self._write(self.c.channels.delete, chat_id, thread_id)
         await self._result(command, entry)
         self._broadcast_entry("channel.deleted", entry)
         for thread in live_threads:  # a channel takes its threads along: say so for each
@@ -244,19 +275,21 @@ class LaneCommands:
                 await self.c.cancels.cancel_run(lane, run, str(command.get("device_id")))
 
     async def cmd_channel_set_automation(self, command: Json, args: cmds.ChannelToggleArgs) -> None:
-        entry = self.c.channels.set_automation(args["chat_id"], args["on"])
+        entry = await self._write(self.c.channels.set_automation, args["chat_id"], args["on"])
         await self._result(command, entry)
         self._broadcast_entry("channel.renamed", entry)
 
     async def cmd_channel_set_threads(self, command: Json, args: cmds.ChannelToggleArgs) -> None:
-        entry = self.c.channels.set_threads_enabled(args["chat_id"], args["on"])
+        entry = await self._write(self.c.channels.set_threads_enabled, args["chat_id"], args["on"])
         await self._result(command, entry)
         self._broadcast_entry("channel.renamed", entry)
 
     # -- search
     async def cmd_search(self, command: Json, args: cmds.SearchArgs) -> None:
-        # Off the loop: FTS5 over state.db (the channel store locks its own reads).
-        hits = await asyncio.to_thread(
+        # On the read pool: FTS5 over state.db (channel names come from the directory's
+        # in-memory snapshot).
+        hits = await run_or_busy(
+            self.c.storage.reads,
             self.c.search.search,
             args["query"],
             scope=args["scope"],
@@ -270,7 +303,7 @@ class LaneCommands:
             entry = self.c.channels.get(hit.chat_id, hit.thread_id)
             if entry is not None:
                 lanes[(entry.chat_id, entry.thread_id)] = entry.conversation_id
-        ids = await asyncio.to_thread(self._hit_ids, lanes) if lanes else {}
+        ids = await run_or_busy(self.c.storage.reads, self._hit_ids, lanes) if lanes else {}
         # A hit names the message history shows (one per message: its best-ranked row).
         wire: list[Json] = []
         seen: set[str] = set()

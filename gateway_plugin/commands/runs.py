@@ -31,6 +31,7 @@ from gateway_plugin.commands.registry import CommandRegistry
 from gateway_plugin.delivery.cron import cron_targets
 from gateway_plugin.delivery.message_ids import SentMessage, text_digest
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -191,7 +192,8 @@ class CommandHandler:
     async def cmd_fcm_register(self, command: Json, args: cmds.FcmRegisterArgs) -> None:
         token = str(args["token"])
         await self.c.push.token_registered(token)
-        known = self.c.devices.set_push(str(command.get("device_id")), fcm_token=token)
+        device, devices = str(command.get("device_id")), self.c.devices
+        known = await run_or_busy(self.c.storage.devices, devices.set_push, device, fcm_token=token)
         if not known:
             raise CommandError("not_found", "this device has not said hello")
         await self.c.reply(
@@ -249,9 +251,11 @@ class CommandHandler:
             ):
                 uploads = args["attachment_ids"]
                 if uploads:  # a send refused for its uploads must leave no thread behind
-                    self.c.attachments.validate_claim(uploads, entry, thread_may_adopt=True)
-                entry = self.c.channels.create_thread(
-                    entry.chat_id, derive_title(text), auto=True, name_source="derived"
+                    await self._claimable(uploads, entry, True)
+                name, threads = derive_title(text), self.c.storage.channels
+                create = self.c.channels.create_thread
+                entry = await run_or_busy(
+                    threads, create, entry.chat_id, name, auto=True, name_source="derived"
                 )
                 self._broadcast_entry("channel.created", entry, auto=True)
                 # Upgraded with the model's title once the first exchange is done.
@@ -262,6 +266,10 @@ class CommandHandler:
             if self.c.turns.active(lane_of(entry)) is None:
                 # Its run was refused, failed to start or already ended: no title to await.
                 self.c.titles.pending.take(lane_of(entry))
+
+    async def _claimable(self, ids: list[str], entry: ChannelEntry, a: bool) -> list[Attachment]:
+        check = self.c.attachments.validate_claim
+        return await run_or_busy(self.c.storage.attachments, check, ids, entry, thread_may_adopt=a)
 
     async def _send(
         self, command: Json, args: cmds.MessageSendArgs, entry: ChannelEntry, text: str
@@ -291,7 +299,8 @@ class CommandHandler:
                 if not dispatched and result.get("run_id") and self.c.turns.active(lane) is None:
                     # Accepted before a crash but never handed to Hermes: finish the job
                     # (claiming again what the crash may have left unclaimed).
-                    self.c.attachments.claim(
+                    self.c.storage.attachments.run_nowait(
+                        self.c.attachments.claim,
                         claimed,
                         entry,
                         message_id=user_message_id,
@@ -316,9 +325,8 @@ class CommandHandler:
             if is_command:
                 raise CommandError("bad_request", "attachments cannot be sent with a slash command")
             # A send naming a lane may carry uploads made in its channel's flat lane.
-            uploads = self.c.attachments.validate_claim(
-                attachment_ids, entry, thread_may_adopt="conversation_id" not in args["target"]
-            )
+            adopt = "conversation_id" not in args["target"]
+            uploads = await self._claimable(attachment_ids, entry, adopt)
         active = self.c.turns.active(lane)
         device_id = str(command.get("device_id"))
         echo: Json = {
@@ -394,7 +402,9 @@ class CommandHandler:
             entry.conversation_id,
             then=self.c.publisher.publish,
         )
-        self.c.attachments.claim(
+        # Queued on attachments.db's thread, ahead of anything that reads the claim.
+        self.c.storage.attachments.run_nowait(
+            self.c.attachments.claim,
             attachment_ids,
             entry,
             message_id=user_message_id,
@@ -424,7 +434,9 @@ class CommandHandler:
                 # Small text files inlined ahead of the text; every file as a local media path.
                 text, media_urls, media_types = await agent_input(
                     self.c.attachments,
-                    self.c.attachments.records(attachment_ids),
+                    await self.c.storage.attachments.run(
+                        self.c.attachments.records, attachment_ids
+                    ),
                     text,
                     self.c.agent.stage_media,
                 )

@@ -100,6 +100,35 @@ def lane_messages(conn: sqlite3.Connection, platform: str, lane: Lane) -> list[J
     return [dict(row) for row in rows]
 
 
+def lane_rows_before(
+    conn: sqlite3.Connection, platform: str, lane: Lane, before: int | None, count: int
+) -> list[Json]:
+    """Up to `count` of the lane's rows (as `lane_messages`) older than row `before` (all
+    when None), newest first: a history page reads its rows in such chunks."""
+    older = "" if before is None else "AND m.id < ? "
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        f"AND m.role IN ('user', 'assistant') AND m.active = 1 {older}ORDER BY m.id DESC LIMIT ?",
+        (platform, lane[0], lane[1], *(() if before is None else (before,)), count),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
+def lane_rows_from(
+    conn: sqlite3.Connection, platform: str, lane: Lane, start: int, count: int
+) -> list[Json]:
+    """Up to `count` of the lane's rows from row `start` on, oldest first."""
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp, m.reasoning FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        "AND m.role IN ('user', 'assistant') AND m.active = 1 AND m.id >= ? "
+        "ORDER BY m.id LIMIT ?",
+        (platform, lane[0], lane[1], start, count),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
 def turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> list[Json]:
     """The lane's live user, assistant and tool rows written at or after `since` (role,
     tool_calls, reasoning: whichever of Hermes' two reasoning columns holds it)."""
@@ -207,17 +236,24 @@ def fts_rows(
     return rows
 
 
-def newest_rows(conn: sqlite3.Connection, where: SearchFilter, limit: int) -> list[SearchRow]:
-    """Newest matches of a plain filter, with the whole content and rank 0.0."""
+def newest_rows(
+    conn: sqlite3.Connection, where: SearchFilter, limit: int, scan_rows: int | None = None
+) -> list[SearchRow]:
+    """Newest matches of a plain filter, with the whole content and rank 0.0; with
+    `scan_rows`, among the newest `scan_rows` messages only (a bounded scan)."""
+    sql, params = where.sql, list(where.params)
+    if scan_rows is not None:
+        sql += " AND m.id > (SELECT coalesce(max(id), 0) FROM messages) - ?"
+        params.append(int(scan_rows))
     rows: list[SearchRow] = (
         _tuples(conn)
         .execute(
             f"""SELECT m.id, s.chat_id, s.thread_id, m.role, m.content,
                    m.timestamp, m.session_id, 0.0
             FROM messages m JOIN sessions s ON s.id = m.session_id
-            WHERE {where.sql}
+            WHERE {sql}
             ORDER BY m.timestamp DESC, m.id DESC LIMIT ?""",
-            [*where.params, limit],
+            [*params, limit],
         )
         .fetchall()
     )

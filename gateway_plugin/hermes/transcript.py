@@ -15,6 +15,8 @@ from canonical.model import Json, Lane
 from canonical.protocol import iso_from_unix
 from gateway_plugin.hermes import state_db
 
+CHUNK_ROWS = 64  # transcript rows a history page reads at a time
+
 
 @dataclass(frozen=True)
 class Turn:
@@ -75,8 +77,54 @@ class Transcript:
     def messages(
         self, lane: Lane, limit: int, before_message_id: str | None = None
     ) -> tuple[list[Json], bool]:
-        """The newest `limit` display messages (chronological) before an exclusive cursor."""
-        return page(self.merged(lane), limit, before_message_id)
+        """The newest `limit` display messages (chronological) before an exclusive cursor
+        (as `page` over `merged`), reading only the rows they need, newest first in chunks
+        of `CHUNK_ROWS`: a long lane's page costs its own rows, not the whole transcript."""
+        conn = self._connect()
+        if conn is None:
+            return [], False
+        try:
+            rows = self._rows_of_page(conn, lane, limit, before_message_id)
+        finally:
+            conn.close()
+        merged = merge(rows)
+        if before_message_id is not None:
+            merged = [m for m in merged if m["rows"][0] < _num(before_message_id)]
+        return page(merged, limit)
+
+    def _rows_of_page(
+        self, conn: sqlite3.Connection, lane: Lane, limit: int, before: str | None
+    ) -> list[Json]:
+        end = None if before is None else _num(before)
+        newest_first: list[Json] = []
+        cursor = end
+        while True:
+            chunk = state_db.lane_rows_before(conn, self.platform, lane, cursor, CHUNK_ROWS)
+            newest_first.extend(chunk)
+            if len(chunk) < CHUNK_ROWS:
+                break  # the lane's first row: every message before `end` is here, whole
+            cursor = int(chunk[-1]["id"])
+            # A user row starts a message whatever came before it: from the oldest one read,
+            # the messages are whole. Enough of them (and one more: "has_more") ends it.
+            users = [i for i, row in enumerate(newest_first) if row["role"] == "user"]
+            if users:
+                whole = newest_first[: users[-1] + 1]
+                if len(merge(whole[::-1])) > limit:
+                    newest_first = whole
+                    break
+        rows = newest_first[::-1]
+        if end is not None:
+            # The message `end` falls inside (a cursor that is no message's first row)
+            # goes on up to the next user row, as in the whole transcript.
+            start = end
+            while True:
+                chunk = state_db.lane_rows_from(conn, self.platform, lane, start, CHUNK_ROWS)
+                users = [i for i, row in enumerate(chunk) if row["role"] == "user"]
+                rows.extend(chunk[: users[0]] if users else chunk)
+                if users or len(chunk) < CHUNK_ROWS:
+                    break
+                start = int(chunk[-1]["id"]) + 1
+        return rows
 
     def merged(self, lane: Lane) -> list[Json]:
         """Every display message of the lane, chronological, each named by its first

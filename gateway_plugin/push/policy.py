@@ -206,8 +206,9 @@ class PushScheduler:
         delay = self.c.settings.push_delay_s if online else 0.0
         await self.sync_acks()
         await self.prune_dead_tokens()
+        devices = await self.c.storage.devices.run(self.c.devices.list, include_revoked=False)
         chosen = targets(
-            self.c.devices.list(include_revoked=False),
+            devices,
             self.c.outbox.acks(),
             cursor,
             self.c.settings.push_backend,
@@ -233,7 +234,7 @@ class PushScheduler:
             dead = await self.c.jobs.dead_fcm_tokens(self.c.tenant)
             if not dead:
                 return
-            dropped = self.c.devices.drop_fcm_tokens(dead)
+            dropped = await self.c.storage.devices.run(self.c.devices.drop_fcm_tokens, dead)
             await self.c.jobs.forget_dead_fcm_tokens(self.c.tenant, dead)
         except Exception:
             log.warning(

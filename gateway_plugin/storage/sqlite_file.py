@@ -11,18 +11,22 @@ from pathlib import Path
 BUSY_TIMEOUT_S = 5.0
 
 
-def open_wal(path: Path, schema: str, version: int | None = None) -> sqlite3.Connection:
+def open_wal(
+    path: Path, schema: str, version: int | None = None, *, busy_timeout_s: float = BUSY_TIMEOUT_S
+) -> sqlite3.Connection:
     """`path` (its directory made if missing) in WAL mode with `schema` applied.
 
     One connection shared by the owner's threads (callers serialise with their own lock);
     autocommit, so callers write their own BEGIN IMMEDIATE … COMMIT. synchronous=NORMAL in
     WAL mode survives a process crash (kill -9); only power loss can drop the last
-    transactions, and the plugin's promise is about process faults."""
+    transactions, and the plugin's promise is about process faults. Another process holding
+    the write lock makes a statement wait up to `busy_timeout_s`, then fail ("database is
+    locked"): on a storage thread, never on the event loop."""
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(
-        str(path), timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
+        str(path), timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
     )
-    db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+    db.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.executescript(schema)
