@@ -77,7 +77,7 @@ def _start_scripted_model(home: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     log = open(home / "scripted-model.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripted_model", "--port", str(port)],
+        [sys.executable, "-m", "scripted_model", "--port", str(port), "--exit-with-parent"],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -30,6 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--log-file", default=None, help="also append every request record to this JSONL file"
     )
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this one is gone, however it ended",
+    )
     return parser
 
 
@@ -41,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         first_token_delay=args.first_token_delay,
         chunk_delay=args.chunk_delay,
         log_file=args.log_file,
+        exit_with_parent=args.exit_with_parent,
     )
 
 

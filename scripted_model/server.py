@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import secrets
 import threading
 import time
@@ -35,6 +36,8 @@ from scripted_model.scenarios import Reply, message_text, plan_reply
 MODEL_IDS = ("scripted-model", "other-model")
 CONTEXT_LENGTH = 131072
 MAX_LOG_ENTRIES = 5000
+# How often an orphan check (--exit-with-parent) looks at its parent pid.
+PARENT_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -386,8 +389,11 @@ def run(
     first_token_delay: float = 0.0,
     chunk_delay: float = 0.02,
     log_file: str | Path | None = None,
+    exit_with_parent: bool = False,
 ) -> None:
-    """Serve the scripted model until SIGINT/SIGTERM (blocking)."""
+    """Serve the scripted model until SIGINT/SIGTERM (blocking); with `exit_with_parent`,
+    also once the process that started it is gone (killed with SIGKILL, it could not stop
+    this one itself)."""
     app = build_app(first_token_delay=first_token_delay, chunk_delay=chunk_delay, log_file=log_file)
     config = uvicorn.Config(
         app,
@@ -399,4 +405,13 @@ def run(
         timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
+    if exit_with_parent:
+        threading.Thread(target=_exit_with_parent, args=(server, os.getppid()), daemon=True).start()
     server.run()
+
+
+def _exit_with_parent(server: uvicorn.Server, parent: int) -> None:
+    # Orphaned, this process is re-parented: its parent pid changes.
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    server.should_exit = True

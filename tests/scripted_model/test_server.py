@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +18,7 @@ import pytest
 from openai import OpenAI
 
 from scripted_model.scenarios import VERYLONG_CHUNKS, plan_reply
-from tests.harness.processes import ScriptedModel, http_get
+from tests.harness.processes import ScriptedModel, free_port, http_get, http_ok
 
 TERMINAL_TOOL: dict[str, Any] = {
     "type": "function",
@@ -528,3 +532,53 @@ def test_first_token_delay_holds_back_the_first_chunk(tmp_path: Path) -> None:
                 next(iter(response))
                 first = time.monotonic() - started
     assert first >= 0.55
+
+
+def test_with_exit_with_parent_the_server_stops_once_its_parent_is_killed(
+    tmp_path: Path,
+) -> None:
+    # The parent starts the server as hdgctl up does (its own session, out of reach of
+    # a signal to the parent's group), prints its pid, then waits to be killed.
+    parent_code = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-m', 'scripted_model', '--port', sys.argv[1],"
+        " '--exit-with-parent'], start_new_session=True)\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    port = free_port()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", parent_code, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 30
+        while not http_ok(f"http://127.0.0.1:{port}/_health"):
+            assert time.monotonic() < deadline, "the scripted model never answered"
+            time.sleep(0.1)
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _alive(child):
+            assert time.monotonic() < deadline, "the orphaned scripted model kept running"
+            time.sleep(0.1)
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        parent.stdout.close()
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie re-parented to init is gone for this purpose.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
