@@ -36,7 +36,7 @@ from gateway_plugin.commands.runs import CommandHandler
 from gateway_plugin.delivery.cron import unsolicited_run
 from gateway_plugin.delivery.orphans import Orphans
 from gateway_plugin.delivery.outbox import Outbox
-from gateway_plugin.delivery.publisher import PUBLISHED_UPTO, Publisher
+from gateway_plugin.delivery.publisher import Publisher, mark_published, take_published_upto
 from gateway_plugin.delivery.replies import Replies
 from gateway_plugin.delivery.sequencer import Sequencer
 from gateway_plugin.delivery.turns import Run, TurnTracker, classify, final_send, notice_events
@@ -145,7 +145,7 @@ class Controller:
         if self.loop_probe is not None:
             self.loop_probe.start()
         await self.storage.channels.run(self.channels.ensure_default)
-        self.prefs.restore_yolo()
+        await self.prefs.restore_yolo()
         await self.jobs.start()
         self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
@@ -161,9 +161,8 @@ class Controller:
         # are closed to reload). Not after a stop that published everything and nothing
         # appended since: devices then stay connected across the restart. Awaited here,
         # before connect() returns, so it can never hit a device of this new process.
-        published = self.outbox.get_meta(PUBLISHED_UPTO)
-        self.outbox.delete_meta(PUBLISHED_UPTO)  # a crash of this process proves nothing
-        if published != str(self.outbox.head()):
+        published, head = await self.sequencer.run(take_published_upto, self.outbox)
+        if published != str(head):
             await self.bus.publish(self.tenant, self.publisher.resync_notice())
         self._tasks = [
             asyncio.create_task(self.publisher.run(), name="hdg-publisher"),
@@ -207,8 +206,8 @@ class Controller:
             self._tasks.append(repair)
         await upkeep.cancel_all(self._tasks)
         self._tasks = []
-        if everything_published:
-            self.outbox.set_meta(PUBLISHED_UPTO, str(self.outbox.head()))
+        if everything_published:  # the outbox's thread is stopped: a thread of its own
+            await asyncio.to_thread(mark_published, self.outbox)
         self.storage.stop()  # what is queued runs first
         self.outbox.close()
         self.channels.close()

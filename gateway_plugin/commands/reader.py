@@ -19,6 +19,7 @@ from canonical.errors import BusUnavailable
 from canonical.model import Json
 from canonical.protocol import CLOSE, REPLY, error_body
 from gateway_plugin.commands import once as command_once
+from gateway_plugin.storage.threads import StorageBusy
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -71,6 +72,11 @@ def _expired(command: Json) -> tuple[Json, Json, str]:
         command.get("request_id"),
     )
     return _refusal(command, error)
+
+
+def _busy(command: Json, busy: StorageBusy) -> tuple[Json, Json, str]:
+    """The reply to a command not carried out because outbox.db stayed locked."""
+    return _refusal(command, error_body(busy.code, busy.message, command.get("request_id")))
 
 
 def _refusal(command: Json, error: Json) -> tuple[Json, Json, str]:
@@ -137,8 +143,17 @@ class CommandReader:
         acks: list[str] = []
         try:
             if batch:
-                done = self.c.outbox.processed_replies([entry_id for entry_id, _ in batch])
-                await self._carry_out(batch, done, acks)
+                entry_ids = [entry_id for entry_id, _ in batch]
+                try:
+                    done = await self.c.sequencer.run(self.c.outbox.processed_replies, entry_ids)
+                except StorageBusy as exc:
+                    # Not carried out: each device is told to send it again, and the
+                    # entries are acked (nothing of them was done).
+                    await self.c.reply_many([_busy(command, exc) for _, command in batch])
+                    acks.extend(entry_ids)
+                    done = None
+                if done is not None:
+                    await self._carry_out(batch, done, acks)
         except BaseException:
             # Those carried out before the failure are owed their XACK (and, when reclaimed
             # meanwhile, answered already): acked with the next read.
@@ -167,9 +182,8 @@ class CommandReader:
                 await self._handle_hellos(hellos, acks)
                 replies = await self._handle_one(command)
                 await self.c.sequencer.durable()  # its effects first, then its record
-                self.c.outbox.mark_processed(
-                    entry_id, command_once.replies_to_keep(command, replies)
-                )
+                kept = command_once.replies_to_keep(command, replies)
+                await self.c.sequencer.run(self.c.outbox.mark_processed, entry_id, kept)
                 acks.append(entry_id)
         await self._handle_hellos(hellos, acks)
 
@@ -239,5 +253,5 @@ class CommandReader:
                     log.exception("hello failed")
                     await self.c.reply_many([_failed(command)])
         await self.c.sequencer.durable()
-        self.c.outbox.mark_processed_many(entry_ids)
+        await self.c.sequencer.run(self.c.outbox.mark_processed_many, entry_ids)
         acks.extend(entry_ids)

@@ -193,4 +193,23 @@ class Publisher:
             return
 
 
-__all__ = ["EXTERNAL_POLL_S", "PUBLISHED_UPTO", "Publisher"]
+def take_published_upto(outbox: Outbox) -> tuple[str | None, int]:
+    """At a start: the head the previous process published up to (None: unknown), and the
+    head now. The mark is removed: a crash of this process proves nothing."""
+    published = outbox.get_meta(PUBLISHED_UPTO)
+    outbox.delete_meta(PUBLISHED_UPTO)
+    return published, outbox.head()
+
+
+def mark_published(outbox: Outbox) -> None:
+    """At a stop that published everything: the head devices have had published."""
+    outbox.set_meta(PUBLISHED_UPTO, str(outbox.head()))
+
+
+__all__ = [
+    "EXTERNAL_POLL_S",
+    "PUBLISHED_UPTO",
+    "Publisher",
+    "mark_published",
+    "take_published_upto",
+]

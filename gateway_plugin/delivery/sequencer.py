@@ -10,8 +10,11 @@ submission order, so cursors follow the order of the calls), and only once it ha
 committed are its events published, in cursor order. Nothing is ever published that is
 not durable, and a reply that acknowledges something waits for it (`durable`).
 
-Every other outbox job the loop needs (a send's record, reads) runs on the same thread,
-behind the batches queued before it (`run`).
+Every other outbox job the loop needs (a send's record, a command's record, acks, replays,
+meta, retention) runs on the same thread, behind the batches queued before it (`run`): no
+outbox.db call runs on the loop, so another process holding the file's write lock stalls
+that thread, never the loop. A job still locked out after its retries fails with
+`StorageBusy` (the device gets an ``unavailable`` reply).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import Any, Generic, TypeVar
 
 from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
-from gateway_plugin.storage.locked import retry_locked
+from gateway_plugin.storage.locked import is_locked, retry_locked
 from gateway_plugin.storage.thread import StorageThread
+from gateway_plugin.storage.threads import StorageBusy
 
 log = logging.getLogger("hdg.plugin")
 
@@ -175,7 +179,8 @@ class Sequencer:
         self, fn: Callable[..., T], *args: Any, then: Callable[[T], None] | None = None
     ) -> T:
         """`fn(*args)` on the storage thread behind everything queued so far; `then(result)`
-        runs on the loop in commit order (to publish what a job sequenced)."""
+        runs on the loop in commit order (to publish what a job sequenced). A job the
+        file stayed locked for, retries included, raises `StorageBusy`."""
         self._submit_open()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
@@ -192,6 +197,11 @@ class Sequencer:
                 if not waiter.done():
                     waiter.set_result(result)
             elif not waiter.done():
+                if is_locked(error):
+                    log.warning("%s: %s", self.thread.name, error)
+                    busy = StorageBusy("outbox.db")
+                    busy.__cause__ = error
+                    error = busy
                 waiter.set_exception(error)
             self._check_idle()
 
