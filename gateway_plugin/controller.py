@@ -46,7 +46,7 @@ from gateway_plugin.loop_probe import LoopProbe
 from gateway_plugin.ports import AgentPort
 from gateway_plugin.push.policy import PushScheduler, push_submitter
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
-from gateway_plugin.storage.threads import Storage, refresh_channels
+from gateway_plugin.storage.threads import Storage, StorageBusy, refresh_channels, run_or_busy
 
 log = logging.getLogger("hdg.plugin")
 
@@ -123,6 +123,7 @@ class Controller:
             self.turns,
             emit=lambda events, finished: self.emit(events, finished=finished),
             running=lambda: self.running,
+            run=self.sequencer.run,
         )
         self._background: set[asyncio.Task[None]] = set()
         self.titles = TitleUpgrades(
@@ -155,7 +156,7 @@ class Controller:
         self.running = True
         # Runs the previous process never finished, known before Hermes' start-up restore
         # resumes their turns (it does so before the command reader may start).
-        self.orphans.close_stale_runs()
+        await self.orphans.close_stale_runs()
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor (pheby devices, without cursors,
         # are closed to reload). Not after a stop that published everything and nothing
@@ -352,10 +353,11 @@ class Controller:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def create_thread(self, parent_chat_id: str, name: str) -> str | None:
+    async def create_thread(self, parent_chat_id: str, name: str) -> str | None:
+        create = self.channels.create_thread
         try:
-            entry = self.channels.create_thread(parent_chat_id, name)
-        except ChannelError as exc:
+            entry = await run_or_busy(self.storage.channels, create, parent_chat_id, name)
+        except (ChannelError, StorageBusy) as exc:
             log.warning("android: cannot open a thread in %s: %s", parent_chat_id, exc)
             return None
         self.emit([entry.event("channel.created", auto=False)])

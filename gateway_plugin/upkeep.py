@@ -89,7 +89,7 @@ async def resume_pushes(c: Controller) -> None:
     process left waiting: in that order, so a push for an event read meanwhile stands
     down."""
     await c.push.sync_acks()
-    resumed = c.jobs.resume_pushes(enabled=c.push.submit is not None)
+    resumed = await c.jobs.resume_pushes(enabled=c.push.submit is not None)
     if resumed:
         log.info("queued %d pushes a previous process left waiting", resumed)
 

@@ -116,7 +116,7 @@ class CommandReader:
                     if batch:
                         log.info("reclaimed %d pending commands", len(batch))
                     await self.handle_batch(batch)
-                    c.orphans.close_stale_runs()
+                    await c.orphans.close_stale_runs()
                     continue
                 batch = await c.bus.consume(c.tenant, self.name, 256, 1000)
                 attempts.succeeded()
