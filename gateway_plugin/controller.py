@@ -38,14 +38,22 @@ from gateway_plugin.delivery.orphans import Orphans
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.publisher import Publisher, mark_published, take_published_upto
 from gateway_plugin.delivery.replies import Replies
-from gateway_plugin.delivery.sequencer import Sequencer
-from gateway_plugin.delivery.turns import Run, TurnTracker, classify, final_send, notice_events
+from gateway_plugin.delivery.sequencer import Entry, Sequencer
+from gateway_plugin.delivery.turns import (
+    Run,
+    TurnTracker,
+    classify,
+    final_send,
+    finished_events,
+    notice_events,
+)
 from gateway_plugin.hermes.transcript import Transcript
 from gateway_plugin.jobs import JobQueue
 from gateway_plugin.loop_probe import LoopProbe
 from gateway_plugin.ports import AgentPort
 from gateway_plugin.push.policy import PushScheduler, push_submitter
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
+from gateway_plugin.storage.thread import StorageClosed
 from gateway_plugin.storage.threads import Storage, StorageBusy, refresh_channels, run_or_busy
 
 log = logging.getLogger("hdg.plugin")
@@ -275,16 +283,34 @@ class Controller:
             if silent == "unannounced":
                 self.desk.expire_lane(lane)
             return
-        turn = self.transcript.turn_since(lane, run.started)
-        if status == "completed" and run.kind == "reply" and turn is not None and not turn.answered:
-            # Hermes reports a turn whose agent failed (the provider failed, the context
-            # overflowed) as processed: its text is Hermes' explanation, not an answer.
-            status, error = "failed", run.reply().strip() or "the agent could not answer"
-        reasoning = turn.reasoning if turn is not None else None
         # What Hermes no longer waits for closes in the run, before its end.
         self.desk.expire_lane(lane)
-        finished = self.turns.finish(lane, status, error, reasoning)
-        self.emit(finished, finished=[run.run_id])
+        # The run ends now (the lane is free for the next); its end keeps its place in the
+        # order while Hermes' transcript of the turn is read off the loop.
+        self.turns.take(lane)
+        place = self.sequencer.reserve()
+        ending = self._end_run(lane, run, status, error, place)
+        self.background(asyncio.create_task(ending, name="hdg-run-end"))
+
+    async def _end_run(
+        self, lane: Lane, run: Run, status: str, error: str | None, place: Entry
+    ) -> None:
+        finished: list[Json] = []
+        try:
+            try:
+                turn = await self.storage.reads.run(self.transcript.turn_since, lane, run.started)
+            except StorageClosed:
+                turn = None
+            answered = turn is None or turn.answered
+            if status == "completed" and run.kind == "reply" and not answered:
+                # Hermes reports a turn whose agent failed (the provider failed, the context
+                # overflowed) as processed: its text is Hermes' explanation, not an answer.
+                status, error = "failed", run.reply().strip() or "the agent could not answer"
+            reasoning = turn.reasoning if turn is not None else None
+            finished = finished_events(run, status, error, reasoning)
+        finally:
+            events, opened = self.orphans.announce(finished)
+            self.sequencer.fill(place, events, opened=opened, finished=[run.run_id])
         self.titles.after_run(lane, finished)
 
     def on_answered_inline(self, lane: Lane, run_id: str) -> None:
