@@ -141,14 +141,13 @@ async def test_a_busy_media_queue_does_not_delay_pushes(
             {"idempotency_key": "m", "kind": "video", "src_path": "up/clip.mp4", "out_dir": "out"}
         )
         await asyncio.sleep(0.05)  # the transcode is running
-        started = time.perf_counter()
         push = runner.submit_push(notification())
         assert push is not None and media is not None
         await push.result(timeout=5)
-        push_latency = time.perf_counter() - started
+        # The push was delivered while the transcode was still running: it did not queue
+        # behind it (a timing bound would only measure how loaded the machine is).
         assert not media.done()
         assert (await media.result(timeout=30))["outcome"] == "done"
-    assert push_latency < 0.3
 
 
 async def test_close_lets_running_jobs_finish(make_runner: Runner, fcm: FakeFcm) -> None:
