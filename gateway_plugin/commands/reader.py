@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from canonical.backoff import Attempts
 from canonical.errors import BusUnavailable
@@ -183,7 +184,7 @@ class CommandReader:
                 replies = await self._handle_one(command)
                 await self.c.sequencer.durable()  # its effects first, then its record
                 kept = command_once.replies_to_keep(command, replies)
-                await self.c.sequencer.run(self.c.outbox.mark_processed, entry_id, kept)
+                await self._record(self.c.outbox.mark_processed, entry_id, kept)
                 acks.append(entry_id)
         await self._handle_hellos(hellos, acks)
 
@@ -253,5 +254,14 @@ class CommandReader:
                     log.exception("hello failed")
                     await self.c.reply_many([_failed(command)])
         await self.c.sequencer.durable()
-        await self.c.sequencer.run(self.c.outbox.mark_processed_many, entry_ids)
+        await self._record(self.c.outbox.mark_processed_many, entry_ids)
         acks.extend(entry_ids)
+
+    async def _record(self, mark: Callable[..., None], *args: Any) -> None:
+        """Record entries as carried out. outbox.db locked past the retries: they are acked
+        unrecorded (answered already; reclaiming them would certainly run them again, while
+        only an XACK failing as well could now deliver them again)."""
+        try:
+            await self.c.sequencer.run(mark, *args)
+        except StorageBusy as exc:
+            log.warning("carried-out commands not recorded: %s", exc.message)

@@ -373,22 +373,33 @@ class CommandHandler:
         # a retry after a crash in between claims them again). Its events are published
         # as it commits, in cursor order with the batches around it.
         added = [added_event(claimed_view(u, entry, user_message_id, run.run_id)) for u in uploads]
-        await self.c.sequencer.run(
-            self.c.outbox.record_send,
-            key,
-            {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
-            [echo, *added, *events],
-            {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
-            # How history and search name this turn once Hermes has stored it. A slash
-            # command is no turn of the transcript.
-            None
-            if is_command
-            else SentMessage(
-                user_message_id, run.run_id, time.time(), len(text), text_digest(text)
-            ),
-            entry.conversation_id,
-            then=self.c.publisher.publish,
-        )
+        try:
+            await self.c.sequencer.run(
+                self.c.outbox.record_send,
+                key,
+                {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
+                [echo, *added, *events],
+                {
+                    "run_id": run.run_id,
+                    "lane": list(lane),
+                    "conversation_id": entry.conversation_id,
+                },
+                # How history and search name this turn once Hermes has stored it. A slash
+                # command is no turn of the transcript.
+                None
+                if is_command
+                else SentMessage(
+                    user_message_id, run.run_id, time.time(), len(text), text_digest(text)
+                ),
+                entry.conversation_id,
+                then=self.c.publisher.publish,
+            )
+        except Exception:
+            # Not stored (outbox.db locked past the retries): the run never was; the
+            # device is told, and the same frame sent again starts it.
+            self.c.turns.take(lane)
+            raise
+
         # Queued on attachments.db's thread, ahead of anything that reads the claim.
         self.c.storage.attachments.run_nowait(
             self.c.attachments.claim,
