@@ -3,7 +3,9 @@ against a real gateway with the scripted model, embedded and scaled.
 
 One stack per deployment and one browser for the module; each browser context is a
 separate device (its own storage, so its own device id). Screenshots of the main screens
-are written to docs/images/ by these tests, so the docs show what the client shows.
+are taken by these tests; with `HDG_SCREENSHOTS=docs/images` they replace the docs' own, so
+the docs show what the client shows (otherwise they go to a temporary directory and a test
+run leaves the checkout as it was).
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import secrets
 import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,7 +45,9 @@ from tests.harness.processes import (
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-IMAGES = REPO_ROOT / "docs" / "images"
+IMAGES = REPO_ROOT / os.environ.get(
+    "HDG_SCREENSHOTS", str(Path(tempfile.gettempdir()) / "hdg-screenshots")
+)
 # Another site's origin in the allowlist: the page's own origin must still be accepted.
 FOREIGN_ORIGIN = "https://app.example.org"
 
