@@ -36,17 +36,25 @@ from gateway_plugin.commands.runs import CommandHandler
 from gateway_plugin.delivery.cron import unsolicited_run
 from gateway_plugin.delivery.orphans import Orphans
 from gateway_plugin.delivery.outbox import Outbox
-from gateway_plugin.delivery.publisher import PUBLISHED_UPTO, Publisher
+from gateway_plugin.delivery.publisher import Publisher, mark_published, take_published_upto
 from gateway_plugin.delivery.replies import Replies
-from gateway_plugin.delivery.sequencer import Sequencer
-from gateway_plugin.delivery.turns import Run, TurnTracker, classify, final_send, notice_events
+from gateway_plugin.delivery.sequencer import Entry, Sequencer
+from gateway_plugin.delivery.turns import (
+    Run,
+    TurnTracker,
+    classify,
+    final_send,
+    finished_events,
+    notice_events,
+)
 from gateway_plugin.hermes.transcript import Transcript
 from gateway_plugin.jobs import JobQueue
 from gateway_plugin.loop_probe import LoopProbe
 from gateway_plugin.ports import AgentPort
 from gateway_plugin.push.policy import PushScheduler, push_submitter
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
-from gateway_plugin.storage.threads import Storage, refresh_channels
+from gateway_plugin.storage.thread import StorageClosed
+from gateway_plugin.storage.threads import Storage, StorageBusy, refresh_channels, run_or_busy
 
 log = logging.getLogger("hdg.plugin")
 
@@ -123,6 +131,7 @@ class Controller:
             self.turns,
             emit=lambda events, finished: self.emit(events, finished=finished),
             running=lambda: self.running,
+            run=self.sequencer.run,
         )
         self._background: set[asyncio.Task[None]] = set()
         self.titles = TitleUpgrades(
@@ -145,7 +154,7 @@ class Controller:
         if self.loop_probe is not None:
             self.loop_probe.start()
         await self.storage.channels.run(self.channels.ensure_default)
-        self.prefs.restore_yolo()
+        await self.prefs.restore_yolo()
         await self.jobs.start()
         self.push.submit = push_submitter(self.settings, self.jobs)
         await self.bus.register_tenant(self.tenant, self.token)
@@ -155,15 +164,14 @@ class Controller:
         self.running = True
         # Runs the previous process never finished, known before Hermes' start-up restore
         # resumes their turns (it does so before the command reader may start).
-        self.orphans.close_stale_runs()
+        await self.orphans.close_stale_runs()
         # Events the previous process sequenced may never have been published: every
         # connected device catches up from its cursor (pheby devices, without cursors,
         # are closed to reload). Not after a stop that published everything and nothing
         # appended since: devices then stay connected across the restart. Awaited here,
         # before connect() returns, so it can never hit a device of this new process.
-        published = self.outbox.get_meta(PUBLISHED_UPTO)
-        self.outbox.delete_meta(PUBLISHED_UPTO)  # a crash of this process proves nothing
-        if published != str(self.outbox.head()):
+        published, head = await self.sequencer.run(take_published_upto, self.outbox)
+        if published != str(head):
             await self.bus.publish(self.tenant, self.publisher.resync_notice())
         self._tasks = [
             asyncio.create_task(self.publisher.run(), name="hdg-publisher"),
@@ -207,8 +215,8 @@ class Controller:
             self._tasks.append(repair)
         await upkeep.cancel_all(self._tasks)
         self._tasks = []
-        if everything_published:
-            self.outbox.set_meta(PUBLISHED_UPTO, str(self.outbox.head()))
+        if everything_published:  # the outbox's thread is stopped: a thread of its own
+            await asyncio.to_thread(mark_published, self.outbox)
         self.storage.stop()  # what is queued runs first
         self.outbox.close()
         self.channels.close()
@@ -275,16 +283,34 @@ class Controller:
             if silent == "unannounced":
                 self.desk.expire_lane(lane)
             return
-        turn = self.transcript.turn_since(lane, run.started)
-        if status == "completed" and run.kind == "reply" and turn is not None and not turn.answered:
-            # Hermes reports a turn whose agent failed (the provider failed, the context
-            # overflowed) as processed: its text is Hermes' explanation, not an answer.
-            status, error = "failed", run.reply().strip() or "the agent could not answer"
-        reasoning = turn.reasoning if turn is not None else None
         # What Hermes no longer waits for closes in the run, before its end.
         self.desk.expire_lane(lane)
-        finished = self.turns.finish(lane, status, error, reasoning)
-        self.emit(finished, finished=[run.run_id])
+        # The run ends now (the lane is free for the next); its end keeps its place in the
+        # order while Hermes' transcript of the turn is read off the loop.
+        self.turns.take(lane)
+        place = self.sequencer.reserve()
+        ending = self._end_run(lane, run, status, error, place)
+        self.background(asyncio.create_task(ending, name="hdg-run-end"))
+
+    async def _end_run(
+        self, lane: Lane, run: Run, status: str, error: str | None, place: Entry
+    ) -> None:
+        finished: list[Json] = []
+        try:
+            try:
+                turn = await self.storage.reads.run(self.transcript.turn_since, lane, run.started)
+            except StorageClosed:
+                turn = None
+            answered = turn is None or turn.answered
+            if status == "completed" and run.kind == "reply" and not answered:
+                # Hermes reports a turn whose agent failed (the provider failed, the context
+                # overflowed) as processed: its text is Hermes' explanation, not an answer.
+                status, error = "failed", run.reply().strip() or "the agent could not answer"
+            reasoning = turn.reasoning if turn is not None else None
+            finished = finished_events(run, status, error, reasoning)
+        finally:
+            events, opened = self.orphans.announce(finished)
+            self.sequencer.fill(place, events, opened=opened, finished=[run.run_id])
         self.titles.after_run(lane, finished)
 
     def on_answered_inline(self, lane: Lane, run_id: str) -> None:
@@ -353,10 +379,11 @@ class Controller:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def create_thread(self, parent_chat_id: str, name: str) -> str | None:
+    async def create_thread(self, parent_chat_id: str, name: str) -> str | None:
+        create = self.channels.create_thread
         try:
-            entry = self.channels.create_thread(parent_chat_id, name)
-        except ChannelError as exc:
+            entry = await run_or_busy(self.storage.channels, create, parent_chat_id, name)
+        except (ChannelError, StorageBusy) as exc:
             log.warning("android: cannot open a thread in %s: %s", parent_chat_id, exc)
             return None
         self.emit([entry.event("channel.created", auto=False)])

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from canonical.backoff import Backoff
 from canonical.model import Json
@@ -20,6 +20,8 @@ from gateway_plugin.shutdown import UNBOUNDED, Deadline
 from gateway_plugin.storage.thread import StorageThread
 
 log = logging.getLogger("hdg.plugin.jobs")
+
+T = TypeVar("T")
 
 MEDIA_RESULT_TIMEOUT_S = 600.0
 # A Redis blip (failover, restart) while queueing a push: 6 tries, the waits between
@@ -114,7 +116,7 @@ class JobQueue:
                     raise
                 log.warning("could not queue a push; it is kept and queued once Redis answers")
 
-    def resume_pushes(self, *, enabled: bool) -> int:
+    async def resume_pushes(self, *, enabled: bool) -> int:
         """Queue the pushes a previous process left waiting, each due when it was (at once
         if that has passed); how many. Push turned off since: they are dropped. Call it
         once the ack ledger is set (PushScheduler.sync_acks), so a push for an event read
@@ -123,9 +125,9 @@ class JobQueue:
         if self._pending is None:
             return 0
         if not enabled:
-            self._pending.clear()
+            await self._on_pending_thread(self._pending.clear)
             return 0
-        left = self._pending.all()
+        left = await self._on_pending_thread(self._pending.all)
         if self._runner is not None:
             for push in left:
                 self._submit_embedded(push.body, push.not_before)
@@ -181,6 +183,13 @@ class JobQueue:
         # Cancelled by the runner's close: still owed, so the next process sends it.
         if self._pending is not None and not job.cancelled_at_shutdown():
             self._write_pending(self._pending.remove, job.job_id)
+
+    async def _on_pending_thread(self, fn: Callable[[], T]) -> T:
+        """`fn()` on pending_pushes.db's thread, behind the writes queued (or inline
+        without one: a worker process)."""
+        if self._pending_writes is not None:
+            return await self._pending_writes.run(fn)
+        return fn()
 
     def _write_pending(self, fn: Callable[..., object], *args: Any) -> None:
         if self._pending_writes is not None:

@@ -41,18 +41,22 @@ async def heartbeat(c: Controller) -> None:
 
 async def outbox_retention(c: Controller) -> None:
     while True:
-        trim_outbox(c)
+        try:
+            await trim_outbox(c)
+        except Exception:  # a locked outbox: the next round retries
+            log.exception("outbox retention failed; retrying later")
         await asyncio.sleep(RETENTION_PERIOD_S)
 
 
-def trim_outbox(c: Controller, now: float | None = None) -> int:
+async def trim_outbox(c: Controller, now: float | None = None) -> int:
     """Events and idempotency records past retention, and command records past the
-    command window."""
+    command window (on the outbox's thread)."""
     cutoff = (now or time.time()) - c.settings.outbox_retention_hours * 3600
-    trimmed = c.outbox.trim(cutoff)
+    trimmed = await c.sequencer.run(c.outbox.trim, cutoff)
     if trimmed:
         log.info("outbox retention trimmed %d events", trimmed)
-    c.outbox.prune_processed(command_once.record_cutoff(now or time.time(), c.command_window_s()))
+    records = command_once.record_cutoff(now or time.time(), c.command_window_s())
+    await c.sequencer.run(c.outbox.prune_processed, records)
     return trimmed
 
 
@@ -85,7 +89,7 @@ async def resume_pushes(c: Controller) -> None:
     process left waiting: in that order, so a push for an event read meanwhile stands
     down."""
     await c.push.sync_acks()
-    resumed = c.jobs.resume_pushes(enabled=c.push.submit is not None)
+    resumed = await c.jobs.resume_pushes(enabled=c.push.submit is not None)
     if resumed:
         log.info("queued %d pushes a previous process left waiting", resumed)
 

@@ -16,6 +16,7 @@ from canonical.jsonenc import dumps
 from canonical.model import Json
 from canonical.protocol import CLOSE, REPLAY, error_body, now_iso
 from gateway_plugin.access import hello_gate
+from gateway_plugin.delivery.replay import hello_reads
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -52,11 +53,11 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
                 closes[id(command)] = refusal
     welcome = [command for command in commands if id(command) not in closes]
     acks = [(str(w["device_id"]), at) for w in welcome if (at := _cursor(w) or 0) > 0]
-    if acks:
-        for stored in c.outbox.ack_many(acks).values():
-            c.push.on_ack(stored)
-    head = c.outbox.head()
-    trimmed_upto = c.outbox.trimmed_upto()
+    cursors = [cursor for w in welcome if (cursor := _cursor(w)) is not None]
+    # One job on the outbox's thread: the acks, the head and every replay's first chunk.
+    stored, head, trimmed_upto, bodies = await c.sequencer.run(hello_reads, c.outbox, acks, cursors)
+    for at in stored.values():
+        c.push.on_ack(at)
     # The ack goes to the device as the text built here (``before_text``): the channel
     # directory, every hello's largest part, is encoded once per batch, and the edge
     # neither parses nor encodes it again.
@@ -86,8 +87,7 @@ async def answer(controller: Controller, commands: list[Json]) -> None:
             # A fresh device starts at the head: older events are history, not a gap.
             body: Json = {"before_text": [text], "events": [], "head": head, "fresh": True}
         else:
-            body = c.commands.replay_body(cursor, [], head)
-            body["before_text"] = [text]
+            body = {**bodies[cursor], "before": [], "before_text": [text]}
         replies.append((command, body, REPLAY))
     await c.reply_many(replies)
 

@@ -11,13 +11,14 @@ validation, credentials and persistence are exactly Hermes'.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from canonical.model import Json, Lane
 from canonical.model import commands as cmds
 from canonical.protocol import now_iso
 from gateway_plugin.errors import CommandError
+from gateway_plugin.storage.locked import retry_locked
 
 if TYPE_CHECKING:
     from gateway_plugin.channels.store import ChannelEntry
@@ -47,20 +48,21 @@ class Preferences:
         self._watched: dict[Lane, str] = {}
 
     # -- YOLO, persisted across gateway restarts
-    def restore_yolo(self) -> None:
-        for session_key in self.c.outbox.meta_keys("yolo:"):
+    async def restore_yolo(self) -> None:
+        for session_key in await self.c.sequencer.run(self.c.outbox.meta_keys, "yolo:"):
             self.c.agent.set_yolo(session_key, True)
             self._yolo.add(session_key)
 
-    def _record_yolo(self, session_key: str, conversation_id: str | None, enabled: bool) -> None:
+    def _record_yolo(
+        self, session_key: str, conversation_id: str | None, enabled: bool
+    ) -> tuple[Callable[..., None], tuple[str, ...]]:
+        """Note the flag; the outbox write that records it (to run on the outbox's thread)."""
         if enabled:
-            self.c.outbox.set_meta(
-                f"yolo:{session_key}", json.dumps({"conversation_id": conversation_id})
-            )
             self._yolo.add(session_key)
-        else:
-            self.c.outbox.delete_meta(f"yolo:{session_key}")
-            self._yolo.discard(session_key)
+            record = json.dumps({"conversation_id": conversation_id})
+            return self.c.outbox.set_meta, (f"yolo:{session_key}", record)
+        self._yolo.discard(session_key)
+        return self.c.outbox.delete_meta, (f"yolo:{session_key}",)
 
     def watch_command(self, lane: Lane) -> None:
         """A slash command goes to Hermes in this lane: it may be /yolo."""
@@ -79,7 +81,9 @@ class Preferences:
         if enabled == (key in self._yolo):
             return
         conversation_id = self.c.conversation_id(lane)
-        self._record_yolo(key, conversation_id, enabled)
+        write, args = self._record_yolo(key, conversation_id, enabled)
+        # A synchronous Hermes callback: queued on the outbox's thread, not waited for.
+        self.c.sequencer.thread.run_nowait(retry_locked, write, *args)
         self.c.emit(
             [
                 {
@@ -122,7 +126,8 @@ class Preferences:
         key = self.c.agent.session_key((entry.chat_id, entry.thread_id))
         enabled = bool(args["enabled"])
         self.c.agent.set_yolo(key, enabled)
-        self._record_yolo(key, entry.conversation_id, enabled)
+        write, record = self._record_yolo(key, entry.conversation_id, enabled)
+        await self.c.sequencer.run(write, *record)
         changed = {
             "type": "yolo.changed",
             "enabled": enabled,

@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from canonical.backoff import Attempts
 from canonical.errors import BusUnavailable
 from canonical.model import Json
 from canonical.protocol import CLOSE, REPLY, error_body
 from gateway_plugin.commands import once as command_once
+from gateway_plugin.storage.threads import StorageBusy
 
 if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
@@ -73,6 +75,11 @@ def _expired(command: Json) -> tuple[Json, Json, str]:
     return _refusal(command, error)
 
 
+def _busy(command: Json, busy: StorageBusy) -> tuple[Json, Json, str]:
+    """The reply to a command not carried out because outbox.db stayed locked."""
+    return _refusal(command, error_body(busy.code, busy.message, command.get("request_id")))
+
+
 def _refusal(command: Json, error: Json) -> tuple[Json, Json, str]:
     if command.get("cmd") in _REPLAYING_COMMANDS:
         return command, {"code": CLOSE_INTERNAL_ERROR, "frame": error}, CLOSE
@@ -110,7 +117,7 @@ class CommandReader:
                     if batch:
                         log.info("reclaimed %d pending commands", len(batch))
                     await self.handle_batch(batch)
-                    c.orphans.close_stale_runs()
+                    await c.orphans.close_stale_runs()
                     continue
                 batch = await c.bus.consume(c.tenant, self.name, 256, 1000)
                 attempts.succeeded()
@@ -137,8 +144,17 @@ class CommandReader:
         acks: list[str] = []
         try:
             if batch:
-                done = self.c.outbox.processed_replies([entry_id for entry_id, _ in batch])
-                await self._carry_out(batch, done, acks)
+                entry_ids = [entry_id for entry_id, _ in batch]
+                try:
+                    done = await self.c.sequencer.run(self.c.outbox.processed_replies, entry_ids)
+                except StorageBusy as exc:
+                    # Not carried out: each device is told to send it again, and the
+                    # entries are acked (nothing of them was done).
+                    await self.c.reply_many([_busy(command, exc) for _, command in batch])
+                    acks.extend(entry_ids)
+                    done = None
+                if done is not None:
+                    await self._carry_out(batch, done, acks)
         except BaseException:
             # Those carried out before the failure are owed their XACK (and, when reclaimed
             # meanwhile, answered already): acked with the next read.
@@ -167,9 +183,8 @@ class CommandReader:
                 await self._handle_hellos(hellos, acks)
                 replies = await self._handle_one(command)
                 await self.c.sequencer.durable()  # its effects first, then its record
-                self.c.outbox.mark_processed(
-                    entry_id, command_once.replies_to_keep(command, replies)
-                )
+                kept = command_once.replies_to_keep(command, replies)
+                await self._record(self.c.outbox.mark_processed, entry_id, kept)
                 acks.append(entry_id)
         await self._handle_hellos(hellos, acks)
 
@@ -239,5 +254,14 @@ class CommandReader:
                     log.exception("hello failed")
                     await self.c.reply_many([_failed(command)])
         await self.c.sequencer.durable()
-        self.c.outbox.mark_processed_many(entry_ids)
+        await self._record(self.c.outbox.mark_processed_many, entry_ids)
         acks.extend(entry_ids)
+
+    async def _record(self, mark: Callable[..., None], *args: Any) -> None:
+        """Record entries as carried out. outbox.db locked past the retries: they are acked
+        unrecorded (answered already; reclaiming them would certainly run them again, while
+        only an XACK failing as well could now deliver them again)."""
+        try:
+            await self.c.sequencer.run(mark, *args)
+        except StorageBusy as exc:
+            log.warning("carried-out commands not recorded: %s", exc.message)

@@ -3,7 +3,6 @@ state changes are events every device sees."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import time
@@ -30,6 +29,7 @@ from gateway_plugin.commands.lanes import LaneCommands, lane_of
 from gateway_plugin.commands.registry import CommandRegistry
 from gateway_plugin.delivery.cron import cron_targets
 from gateway_plugin.delivery.message_ids import SentMessage, text_digest
+from gateway_plugin.delivery.replay import sync_reads
 from gateway_plugin.errors import CommandError
 from gateway_plugin.storage.threads import run_or_busy
 
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
     from gateway_plugin.controller import Controller
 
 log = logging.getLogger("hdg.plugin.commands")
-
-REPLAY_CHUNK = 500
 
 
 class CommandHandler:
@@ -145,15 +143,15 @@ class CommandHandler:
         has drained: a long absence is paced by the device's own speed and never overflows
         its queue."""
         cursor = int(args.get("cursor") or 0)
-        gap = cursor < self.c.outbox.trimmed_upto()
-        body = self.replay_body(cursor, [])
+        outbox = self.c.outbox
+        gap, body = await self.c.sequencer.run(sync_reads, outbox, cursor)
         if not command.get("internal") or gap:
             head = int(body["head"])
             events = body["events"]
             # What follows: this chunk, or (a long absence, paced in chunks) every event
             # held after the cursor, counted off the loop.
             count = (
-                await asyncio.to_thread(self.c.outbox.count_after, cursor, head)
+                await self.c.sequencer.run(outbox.count_after, cursor, head)
                 if body["more"]
                 else len(events)
             )
@@ -169,25 +167,14 @@ class CommandHandler:
             body["before"] = [done]
         await self.c.reply(command, body, kind=REPLAY)
 
-    def replay_body(self, cursor: int, before: list[Json], head: int | None = None) -> Json:
-        """Events after ``cursor`` (a chunk), and the head: a device whose cursor is past it
-        starts again from there."""
-        events, _ = self.c.outbox.since(cursor, REPLAY_CHUNK)
-        return {
-            "before": before,
-            "events": events,
-            "more": len(events) == REPLAY_CHUNK,
-            "head": self.c.outbox.head() if head is None else head,
-        }
-
     async def cmd_ack(self, command: Json, args: cmds.CursorArgs) -> None:
-        cursor = self.c.outbox.ack(str(command.get("device_id")), int(args.get("cursor") or 0))
-        self.c.push.on_ack(cursor)
+        device_id, at = str(command.get("device_id")), int(args.get("cursor") or 0)
+        self.c.push.on_ack(await self.c.sequencer.run(self.c.outbox.ack, device_id, at))
 
     async def cmd_read_receipt(self, command: Json, args: cmds.ReadReceiptArgs) -> None:
         if args.get("cursor"):
-            cursor = self.c.outbox.ack(str(command.get("device_id")), int(args["cursor"]))
-            self.c.push.on_ack(cursor)
+            device_id, at = str(command.get("device_id")), int(args["cursor"])
+            self.c.push.on_ack(await self.c.sequencer.run(self.c.outbox.ack, device_id, at))
 
     async def cmd_fcm_register(self, command: Json, args: cmds.FcmRegisterArgs) -> None:
         token = str(args["token"])
@@ -237,7 +224,7 @@ class CommandHandler:
         if (
             args["auto_thread"]
             and client_id is not None
-            and self.c.outbox.idem_get(f"iris:{client_id}") is None
+            and await self.c.sequencer.run(self.c.outbox.idem_get, f"iris:{client_id}") is None
             and entry.thread_id is None
         ):
             # The default channel, wherever channel.set_default moved it (not the home one),
@@ -287,7 +274,7 @@ class CommandHandler:
         else:
             user_message_id = f"u-{new_id()}"
         if key is not None:
-            seen = self.c.outbox.idem_get(key)
+            seen = await self.c.sequencer.run(self.c.outbox.idem_get, key)
             if seen is not None:
                 result, dispatched = seen
                 claimed = list(result.pop("attachment_ids", None) or [])
@@ -362,7 +349,7 @@ class CommandHandler:
                 # The run's cancel, whichever way it is asked for (see cmd_run_cancel).
                 await self.c.cancels.cancel_run(lane, active, device_id)
                 if key is not None:
-                    self.c.outbox.mark_dispatched(key)
+                    await self.c.sequencer.run(self.c.outbox.mark_dispatched, key)
                 return
             await self._dispatch(command, entry, text, None, key)
             return
@@ -386,22 +373,33 @@ class CommandHandler:
         # a retry after a crash in between claims them again). Its events are published
         # as it commits, in cursor order with the batches around it.
         added = [added_event(claimed_view(u, entry, user_message_id, run.run_id)) for u in uploads]
-        await self.c.sequencer.run(
-            self.c.outbox.record_send,
-            key,
-            {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
-            [echo, *added, *events],
-            {"run_id": run.run_id, "lane": list(lane), "conversation_id": entry.conversation_id},
-            # How history and search name this turn once Hermes has stored it. A slash
-            # command is no turn of the transcript.
-            None
-            if is_command
-            else SentMessage(
-                user_message_id, run.run_id, time.time(), len(text), text_digest(text)
-            ),
-            entry.conversation_id,
-            then=self.c.publisher.publish,
-        )
+        try:
+            await self.c.sequencer.run(
+                self.c.outbox.record_send,
+                key,
+                {**result, "attachment_ids": attachment_ids} if attachment_ids else result,
+                [echo, *added, *events],
+                {
+                    "run_id": run.run_id,
+                    "lane": list(lane),
+                    "conversation_id": entry.conversation_id,
+                },
+                # How history and search name this turn once Hermes has stored it. A slash
+                # command is no turn of the transcript.
+                None
+                if is_command
+                else SentMessage(
+                    user_message_id, run.run_id, time.time(), len(text), text_digest(text)
+                ),
+                entry.conversation_id,
+                then=self.c.publisher.publish,
+            )
+        except Exception:
+            # Not stored (outbox.db locked past the retries): the run never was; the
+            # device is told, and the same frame sent again starts it.
+            self.c.turns.take(lane)
+            raise
+
         # Queued on attachments.db's thread, ahead of anything that reads the claim.
         self.c.storage.attachments.run_nowait(
             self.c.attachments.claim,
@@ -458,7 +456,7 @@ class CommandHandler:
             log.exception("the agent did not take run %s", run_id)
             self._fail_run(entry, run_id, "the agent could not take this message; send it again")
         if key is not None:
-            self.c.outbox.mark_dispatched(key)
+            await self.c.sequencer.run(self.c.outbox.mark_dispatched, key)
 
     def _fail_run(self, entry: ChannelEntry, run_id: str, error: str) -> None:
         lane = lane_of(entry)

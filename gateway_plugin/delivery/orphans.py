@@ -12,13 +12,14 @@ nothing (its start-up resume does, twice): no empty runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
 
 from canonical.model import Json, Lane
 from canonical.protocol import now_iso
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.turns import Run, TurnTracker
+from gateway_plugin.storage.thread import StorageClosed
 
 ADOPT_WINDOW_S = 30.0
 
@@ -34,10 +35,14 @@ class Orphans:
         *,
         emit: Callable[[list[Json], Sequence[str]], object],
         running: Callable[[], bool],
+        run: Callable[..., Awaitable[Any]],
     ) -> None:
         self.outbox = outbox
         self.turns = turns
         self._emit = emit
+        # Outbox reads, on the outbox's thread behind what is queued (`Sequencer.run`).
+        self._run = run
+        self._closing: set[asyncio.Task[None]] = set()
         self._running = running
         self.orphans: dict[Lane, Json] = {}
         # Runs Hermes started by itself, not shown yet: such a run opens with the first
@@ -46,10 +51,10 @@ class Orphans:
         # Orphans a lane took up, until they produce something (on_processing_start).
         self.adopting: dict[str, Json] = {}
 
-    def close_stale_runs(self) -> None:
+    async def close_stale_runs(self) -> None:
         """Runs a previous process accepted but never finished: each waits ADOPT_WINDOW_S
         for its lane to resume it, then is closed as failed."""
-        for stale in self.outbox.active_runs():
+        for stale in await self._run(self.outbox.active_runs):
             lane = (stale["lane"][0], stale["lane"][1])
             active = self.turns.active(lane)
             if active is not None and active.run_id == stale["run_id"]:
@@ -131,14 +136,30 @@ class Orphans:
         return None
 
     def _fail_orphan(self, lane: Lane, run_id: str) -> None:
+        if self._orphaned(lane, run_id):
+            task = asyncio.get_running_loop().create_task(self._close_orphan(lane, run_id))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def _orphaned(self, lane: Lane, run_id: str) -> bool:
+        """The run is still an orphan: nobody took it up."""
         stale = self.orphans.get(lane)
         if stale is None or stale["run_id"] != run_id or not self._running():
-            return
+            return False
         active = self.turns.active(lane)
-        if active is not None and active.run_id == run_id:
-            return  # carried on by a command reclaimed after the restart
-        del self.orphans[lane]
+        # Otherwise carried on by a command reclaimed after the restart.
+        return active is None or active.run_id != run_id
+
+    async def _close_orphan(self, lane: Lane, run_id: str) -> None:
+        """Close an orphan as failed, with the text it had streamed (read off the loop)."""
         message_id = f"draft-{run_id}"
+        try:
+            text = await self._run(self.outbox.last_delta_text, message_id)
+        except StorageClosed:
+            return  # stopping: the next start closes it
+        if not self._orphaned(lane, run_id):
+            return
+        stale = self.orphans.pop(lane)
         base = {"lane": list(lane), "conversation_id": stale["conversation_id"], "run_id": run_id}
         self._emit(
             [
@@ -148,7 +169,7 @@ class Orphans:
                     "message_id": message_id,
                     "role": "assistant",
                     "kind": "reply",
-                    "text": self.outbox.last_delta_text(message_id),
+                    "text": text,
                     "ts": now_iso(),
                 },
                 {

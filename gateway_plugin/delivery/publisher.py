@@ -133,13 +133,18 @@ class Publisher:
             finally:
                 self.publishing = False
 
+    def _unpublished_events(self) -> tuple[int, list[Json]]:
+        """The head, and the events after the last one seen (none when it is the head)."""
+        head = self.outbox.head()
+        return head, self.outbox.since(self.seen_head)[0] if head > self.seen_head else []
+
     async def publish_rest(self, deadline: Deadline) -> bool:
         """At a stop: publish what is sequenced and not yet published (in the queue, or
         appended by another process since the last poll), within the stop budget. True
         when every event reached the bus, so the next start need not resync devices."""
-        head = self.outbox.head()
+        # The outbox's thread has stopped: read on one of asyncio's, never on the loop.
+        head, events = await asyncio.to_thread(self._unpublished_events)
         if head > self.seen_head:
-            events, _ = self.outbox.since(self.seen_head)
             if not events or int(events[-1]["cursor"]) < head:
                 return False  # more than one read holds: leave them to the resync
             for event in events:  # not self.publish(): pushes are closed by now
@@ -193,4 +198,23 @@ class Publisher:
             return
 
 
-__all__ = ["EXTERNAL_POLL_S", "PUBLISHED_UPTO", "Publisher"]
+def take_published_upto(outbox: Outbox) -> tuple[str | None, int]:
+    """At a start: the head the previous process published up to (None: unknown), and the
+    head now. The mark is removed: a crash of this process proves nothing."""
+    published = outbox.get_meta(PUBLISHED_UPTO)
+    outbox.delete_meta(PUBLISHED_UPTO)
+    return published, outbox.head()
+
+
+def mark_published(outbox: Outbox) -> None:
+    """At a stop that published everything: the head devices have had published."""
+    outbox.set_meta(PUBLISHED_UPTO, str(outbox.head()))
+
+
+__all__ = [
+    "EXTERNAL_POLL_S",
+    "PUBLISHED_UPTO",
+    "Publisher",
+    "mark_published",
+    "take_published_upto",
+]

@@ -10,8 +10,15 @@ submission order, so cursors follow the order of the calls), and only once it ha
 committed are its events published, in cursor order. Nothing is ever published that is
 not durable, and a reply that acknowledges something waits for it (`durable`).
 
-Every other outbox job the loop needs (a send's record, reads) runs on the same thread,
-behind the batches queued before it (`run`).
+An event whose content is not known yet (a run's end waits for Hermes' transcript, read
+off the loop) keeps its place with `reserve`: nothing queued after it is written until it
+is `fill`ed, so the order of the calls still holds.
+
+Every other outbox job the loop needs (a send's record, a command's record, acks, replays,
+meta, retention) runs on the same thread, behind the batches queued before it (`run`): no
+outbox.db call runs on the loop, so another process holding the file's write lock stalls
+that thread, never the loop. A job still locked out after its retries fails with
+`StorageBusy` (the device gets an ``unavailable`` reply).
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ from typing import Any, Generic, TypeVar
 
 from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
-from gateway_plugin.storage.locked import retry_locked
+from gateway_plugin.storage.locked import is_locked, retry_locked
 from gateway_plugin.storage.thread import StorageThread
+from gateway_plugin.storage.threads import StorageBusy
 
 log = logging.getLogger("hdg.plugin")
 
@@ -126,6 +134,8 @@ class Sequencer:
         self._jobs_in_flight = 0  # jobs other than batches (run), for drain
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._idle: asyncio.Event | None = None
+        self._held = 0  # entries reserved and not yet filled
+        self._released: asyncio.Event | None = None
         self.batches_committed = 0
         self.events_committed = 0
 
@@ -143,6 +153,39 @@ class Sequencer:
             self._publish(events)
         else:
             self._queue(Entry(unsequenced=events))
+
+    def reserve(self) -> Entry:
+        """Keep the next place in the order for events known later (`fill`); what is
+        queued after it waits for them. Always `fill` it (with nothing, on a failure)."""
+        entry = Entry()
+        self._held += 1
+        self._batches.add_one(entry)
+        return entry
+
+    def fill(
+        self,
+        entry: Entry,
+        events: list[Json],
+        *,
+        opened: Sequence[Json] = (),
+        finished: Sequence[str] = (),
+    ) -> None:
+        """The events of a reserved place: written with what was queued around it."""
+        entry.events, entry.opened, entry.finished = events, opened, finished
+        self._held -= 1
+        if self._held == 0:
+            if self._released is not None:
+                self._released.set()
+                self._released = None
+            if self._batches.ready() and not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    async def _unheld(self) -> None:
+        while self._held:
+            if self._released is None:
+                self._released = asyncio.Event()
+            await self._released.wait()
 
     async def append(
         self, events: list[Json], *, opened: Sequence[Json] = (), finished: Sequence[str] = ()
@@ -175,7 +218,10 @@ class Sequencer:
         self, fn: Callable[..., T], *args: Any, then: Callable[[T], None] | None = None
     ) -> T:
         """`fn(*args)` on the storage thread behind everything queued so far; `then(result)`
-        runs on the loop in commit order (to publish what a job sequenced)."""
+        runs on the loop in commit order (to publish what a job sequenced). A job the
+        file stayed locked for, retries included, raises `StorageBusy`."""
+        if self._held:
+            await self._unheld()  # behind the reserved events too
         self._submit_open()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[T] = loop.create_future()
@@ -192,6 +238,11 @@ class Sequencer:
                 if not waiter.done():
                     waiter.set_result(result)
             elif not waiter.done():
+                if is_locked(error):
+                    log.warning("%s: %s", self.thread.name, error)
+                    busy = StorageBusy("outbox.db")
+                    busy.__cause__ = error
+                    error = busy
                 waiter.set_exception(error)
             self._check_idle()
 
@@ -205,6 +256,8 @@ class Sequencer:
             self._submit_open()
 
     def _submit_open(self) -> None:
+        if self._held:
+            return  # fill submits it
         batch = self._batches.take()
         if batch is None:
             return

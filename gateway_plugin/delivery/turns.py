@@ -252,33 +252,44 @@ class TurnTracker:
     def finish(
         self, lane: Lane, status: str, error: str | None = None, reasoning: str | None = None
     ) -> list[Json]:
+        run = self.take(lane)
+        return [] if run is None else finished_events(run, status, error, reasoning)
+
+    def take(self, lane: Lane) -> Run | None:
+        """The lane's run, no longer active (its end is `finished_events`)."""
         run = self.runs.pop(lane, None)
-        if run is not None and reasoning and not run.reasoning:
-            run.reasoning = reasoning
-        if run is None:
-            return []
-        for segment_id in [k for k, v in self.segment_index.items() if v[0] == run.run_id]:
-            del self.segment_index[segment_id]
-        # Commentary whose final edit never came: what it said is all there is.
-        pending = [e for index in sorted(run.commentary_pending) for e in _commentary(run, index)]
-        run.commentary_pending.clear()
-        complete = {
-            **_base(run, "message.complete"),
-            "message_id": run.message_id,
-            "role": "assistant",
-            "kind": run.kind,
-            "text": run.text(),
-            "reply": run.reply(),
-            "ts": now_iso(),
-        }
-        if run.client_id is not None:
-            complete["client_id"] = run.client_id
-        if run.reasoning:
-            complete["reasoning"] = run.reasoning
-        finished = {**_base(run, "run.finished"), "status": status}
-        if status == "failed":
-            finished["error"] = (error or "the run failed")[:500]
-        return [*pending, complete, finished]
+        if run is not None:
+            for segment_id in [k for k, v in self.segment_index.items() if v[0] == run.run_id]:
+                del self.segment_index[segment_id]
+        return run
+
+
+def finished_events(
+    run: Run, status: str, error: str | None = None, reasoning: str | None = None
+) -> list[Json]:
+    """The end of a run taken from its lane: commentary left open, its message, its end."""
+    if reasoning and not run.reasoning:
+        run.reasoning = reasoning
+    # Commentary whose final edit never came: what it said is all there is.
+    pending = [e for index in sorted(run.commentary_pending) for e in _commentary(run, index)]
+    run.commentary_pending.clear()
+    complete = {
+        **_base(run, "message.complete"),
+        "message_id": run.message_id,
+        "role": "assistant",
+        "kind": run.kind,
+        "text": run.text(),
+        "reply": run.reply(),
+        "ts": now_iso(),
+    }
+    if run.client_id is not None:
+        complete["client_id"] = run.client_id
+    if run.reasoning:
+        complete["reasoning"] = run.reasoning
+    finished = {**_base(run, "run.finished"), "status": status}
+    if status == "failed":
+        finished["error"] = (error or "the run failed")[:500]
+    return [*pending, complete, finished]
 
 
 def _commentary(run: Run, index: int) -> list[Json]:

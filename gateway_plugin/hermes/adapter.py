@@ -92,7 +92,10 @@ class AndroidAdapter(
         fastpath.configure(settings.fastpath)
         bus = open_bus(settings.bus_url, settings.redis_timeouts())
         self.loop = asyncio.get_running_loop()
-        self.controller = Controller(
+        # Opening the plugin's SQLite files (schemas, first reads) waits on any lock
+        # another process holds: on a thread, not on the loop.
+        self.controller = await asyncio.to_thread(
+            Controller,
             settings,
             bus,
             tenant=hb.tenant_for(settings, home),

@@ -188,7 +188,7 @@ class AgentPortMixin:
         """Hermes opens a named thread (e.g. a continuable cron job): a real thread lane."""
         if self.controller is None:
             return None
-        return self.controller.create_thread(parent_chat_id, name)
+        return await self.controller.create_thread(parent_chat_id, name)
 
 
 __all__ = ["AgentPortMixin"]

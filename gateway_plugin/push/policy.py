@@ -181,9 +181,8 @@ class PushScheduler:
             if self._acks_synced:
                 return
             try:
-                await self.c.jobs.reset_acks(
-                    self.c.tenant, max(self.c.outbox.acks().values(), default=0)
-                )
+                acks = await self.c.sequencer.run(self.c.outbox.acks)
+                await self.c.jobs.reset_acks(self.c.tenant, max(acks.values(), default=0))
             except Exception:
                 log.warning("could not set the push workers' ack mark; retrying", exc_info=True)
                 return
@@ -207,9 +206,10 @@ class PushScheduler:
         await self.sync_acks()
         await self.prune_dead_tokens()
         devices = await self.c.storage.devices.run(self.c.devices.list, include_revoked=False)
+        acks = await self.c.sequencer.run(self.c.outbox.acks)
         chosen = targets(
             devices,
-            self.c.outbox.acks(),
+            acks,
             cursor,
             self.c.settings.push_backend,
             self.c.settings.ntfy_topic,

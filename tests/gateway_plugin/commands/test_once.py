@@ -302,9 +302,11 @@ async def test_records_of_carried_out_commands_are_pruned_once_no_entry_they_gua
 
     await until(answered, "the commands were answered")
     window = plugin.settings.outbox_retention_hours * 3600
-    upkeep.trim_outbox(plugin, now=time.time() + window)  # entries of now may still come back
+    await upkeep.trim_outbox(plugin, now=time.time() + window)  # entries of now may still come back
     assert plugin.outbox.processed_count() == 3
-    upkeep.trim_outbox(plugin, now=time.time() + window + CLOCK_MARGIN_S + 1)  # they no longer can
+    await upkeep.trim_outbox(
+        plugin, now=time.time() + window + CLOCK_MARGIN_S + 1
+    )  # they no longer can
     assert plugin.outbox.processed_count() == 0
 
 

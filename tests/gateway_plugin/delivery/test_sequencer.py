@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.delivery.sequencer import Batches, Sequencer
+from gateway_plugin.storage import locked
+from gateway_plugin.storage.threads import StorageBusy
 
 # -------------------------------------------------------------------- the batches (pure)
 
@@ -209,3 +211,43 @@ async def test_a_file_another_process_holds_locked_delays_the_batch_never_the_lo
         if not released.is_set():
             other.execute("ROLLBACK")
         other.close()
+
+
+async def test_a_reserved_place_holds_back_what_follows_until_it_is_filled(
+    rig: tuple[Sequencer, _Bell, Outbox],
+) -> None:
+    sequencer, bell, outbox = rig
+    sequencer.emit([_message(1)])
+    place = sequencer.reserve()
+    sequencer.emit([_message(3)])
+    job = asyncio.ensure_future(sequencer.run(outbox.head))
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    assert bell.frames == [] and outbox.head() == 0 and not job.done()
+    sequencer.fill(place, [_message(2)])
+    assert await job == 3  # the job ran behind all three
+    assert [e["text"] for e in bell.frames] == ["1", "2", "3"]
+    assert [e["cursor"] for e in bell.frames] == [1, 2, 3]
+
+
+async def test_a_job_locked_out_past_its_retries_is_an_unavailable_error(
+    rig: tuple[Sequencer, _Bell, Outbox], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locked, "FIRST_WAIT_S", 0.001)
+    monkeypatch.setattr(locked, "MAX_WAIT_S", 0.002)
+    sequencer, _, _ = rig
+    path = tmp_path / "other.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    writer = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=0.02)
+    try:
+        with pytest.raises(StorageBusy) as caught:
+            await sequencer.run(writer.execute, "INSERT INTO t VALUES (1)")
+        assert caught.value.code == "unavailable" and "outbox.db" in caught.value.message
+        holder.execute("COMMIT")
+        await sequencer.run(writer.execute, "INSERT INTO t VALUES (2)")
+        assert holder.execute("SELECT x FROM t").fetchall() == [(2,)]
+    finally:
+        writer.close()
+        holder.close()
