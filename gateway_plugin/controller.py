@@ -206,6 +206,11 @@ class Controller:
         self.running = False
         self.cancels.stop()
         admin.detach(self)
+        # The command reader and the loops end first: once the storage threads stop, a job
+        # they submitted would fail. The publisher alone runs on, for publish_rest.
+        publisher = [t for t in self._tasks if t.get_name() == "hdg-publisher"]
+        await upkeep.cancel_all([t for t in self._tasks if t not in publisher])
+        self._tasks = publisher
         await self.sequencer.drain()  # what is queued, published while pushes are open
         await self.push.close(deadline)
         await self.jobs.close(deadline)
