@@ -33,9 +33,9 @@ from typing import Any, Generic, TypeVar
 
 from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
-from gateway_plugin.storage.locked import is_locked, retry_locked
+from gateway_plugin.storage.locked import retry_locked
 from gateway_plugin.storage.thread import StorageThread
-from gateway_plugin.storage.threads import StorageBusy
+from gateway_plugin.storage.threads import as_busy
 
 log = logging.getLogger("hdg.plugin")
 
@@ -59,20 +59,21 @@ class Batches(Generic[T]):
 
     def add(self, items: Iterable[T]) -> int:
         """Queue items in the open batch (opened if none); its number."""
-        if self._open is None:
-            self._open = Batch(self._next)
-            self._next += 1
-        self._open.items.extend(items)
-        return self._open.number
+        batch = self._opened()
+        batch.items.extend(items)
+        return batch.number
 
     def add_one(self, item: T) -> int:
         """`add([item])`, without the list."""
-        batch = self._open
-        if batch is None:
-            batch = self._open = Batch(self._next)
-            self._next += 1
+        batch = self._opened()
         batch.items.append(item)
         return batch.number
+
+    def _opened(self) -> Batch[T]:
+        if self._open is None:
+            self._open = Batch(self._next)
+            self._next += 1
+        return self._open
 
     def take(self) -> Batch[T] | None:
         """The open batch, now in flight (None: nothing queued)."""
@@ -126,7 +127,7 @@ class Sequencer:
         self, outbox: Outbox, *, ring: Ring, publish: Callable[[list[Json]], None]
     ) -> None:
         self.outbox = outbox
-        self.thread = StorageThread("hdg-outbox")
+        self.thread = StorageThread("hdg-outbox-db")
         self._ring = ring
         self._publish = publish
         self._batches: Batches[Entry] = Batches()
@@ -177,9 +178,7 @@ class Sequencer:
             if self._released is not None:
                 self._released.set()
                 self._released = None
-            if self._batches.ready() and not self._flush_scheduled:
-                self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush)
+            self._schedule_flush()
 
     async def _unheld(self) -> None:
         while self._held:
@@ -197,6 +196,10 @@ class Sequencer:
 
     def _queue(self, entry: Entry) -> None:
         self._batches.add_one(entry)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """Take the open batch on the next loop turn, unless one is being written."""
         if self._batches.ready() and not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -238,12 +241,7 @@ class Sequencer:
                 if not waiter.done():
                     waiter.set_result(result)
             elif not waiter.done():
-                if is_locked(error):
-                    log.warning("%s: %s", self.thread.name, error)
-                    busy = StorageBusy("outbox.db")
-                    busy.__cause__ = error
-                    error = busy
-                waiter.set_exception(error)
+                waiter.set_exception(as_busy(error, self.thread.name))
             self._check_idle()
 
         future.add_done_callback(lambda f: loop.call_soon_threadsafe(finished, f))

@@ -71,10 +71,21 @@ async def run_or_busy(
     try:
         return await thread.run(fn, *args, **kwargs)
     except sqlite3.OperationalError as exc:
-        if is_locked(exc):
-            log.warning("%s: %s", thread.name, exc)
-            raise StorageBusy(thread.name.removeprefix("hdg-").replace("-db", ".db")) from exc
-        raise
+        busy = as_busy(exc, thread.name)
+        if busy is exc:
+            raise
+        raise busy from exc
+
+
+def as_busy(error: BaseException, thread_name: str) -> BaseException:
+    """A lock error from a file's storage thread (``hdg-outbox-db``, ``hdg-channels-db``...)
+    as the `StorageBusy` of that file, logged once; any other error as it is."""
+    if not is_locked(error):
+        return error
+    log.warning("%s: %s", thread_name, error)
+    busy = StorageBusy(thread_name.removeprefix("hdg-").replace("-db", ".db"))
+    busy.__cause__ = error
+    return busy
 
 
 async def refresh_channels(refresh: Callable[[], bool], thread: StorageThread) -> None:
@@ -87,4 +98,4 @@ async def refresh_channels(refresh: Callable[[], bool], thread: StorageThread) -
             log.info("channels.db refresh postponed: %s", exc)
 
 
-__all__ = ["BUSY_TIMEOUT_S", "Storage", "StorageBusy", "refresh_channels", "run_or_busy"]
+__all__ = ["BUSY_TIMEOUT_S", "Storage", "StorageBusy", "as_busy", "refresh_channels", "run_or_busy"]
