@@ -853,8 +853,12 @@ async function loadThumbnail(node, mediaId) {
     if (!response.ok) return;
     const url = URL.createObjectURL(await response.blob());
     const name = node.querySelector('figcaption button')?.textContent.replace(/^Download /, '') || 'image';
+    const current = node.querySelector('img');
+    // The original asked for before media.ready may arrive after the thumbnail asked for
+    // on it: it never replaces the thumbnail.
+    if (!useThumb && current?.dataset.variant === 'thumbnail') { URL.revokeObjectURL(url); return; }
     const img = el('img', { src: url, alt: name, 'data-variant': useThumb ? 'thumbnail' : 'original', loading: 'lazy' });
-    if (node.querySelector('img')) node.querySelector('img').replaceWith(img);
+    if (current) current.replaceWith(img);
     else node.prepend(img);
   } catch { /* the download button still works */ }
 }
