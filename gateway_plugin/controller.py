@@ -54,7 +54,8 @@ from gateway_plugin.ports import AgentPort
 from gateway_plugin.push.policy import PushScheduler, push_submitter
 from gateway_plugin.shutdown import UNBOUNDED, Deadline
 from gateway_plugin.storage.thread import StorageClosed
-from gateway_plugin.storage.threads import Storage, StorageBusy, refresh_channels, run_or_busy
+from gateway_plugin.storage.threads import Storage, StorageBusy, refresh_on, run_or_busy
+from gateway_plugin.storage.watch import FILE_WATCH, Watched
 
 log = logging.getLogger("hdg.plugin")
 
@@ -111,6 +112,7 @@ class Controller:
             pending_writes=self.storage.pending,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self._watches: list[Watched] = []
         self.reader = CommandReader(self)
         self.running = False
         self._freeze_after_turn = False
@@ -181,9 +183,17 @@ class Controller:
             asyncio.create_task(upkeep.attachment_retention(self), name="hdg-attachment-retention"),
             asyncio.create_task(self.publisher.external_appends(), name="hdg-external-appends"),
             asyncio.create_task(upkeep.expiry_sweep(self), name="hdg-expiry-sweep"),
-            asyncio.create_task(
-                refresh_channels(self.channels.refresh, self.storage.channels),
-                name="hdg-channels-refresh",
+        ]
+        # What a `hermes cron run` in another process writes: deliveries published live,
+        # new channels in the directory's snapshot.
+        self._watches = [
+            FILE_WATCH.watch(
+                "outbox.db", self.outbox.changed_elsewhere, self.publisher.appended_elsewhere
+            ),
+            FILE_WATCH.watch(
+                "channels.db",
+                self.channels.changed_elsewhere,
+                refresh_on(self.storage.channels, self.channels.refresh),
             ),
         ]
         admin.attach(self)  # admin credential, log redaction, metrics
@@ -206,6 +216,9 @@ class Controller:
         self.running = False
         self.cancels.stop()
         admin.detach(self)
+        for watched in self._watches:
+            FILE_WATCH.unwatch(watched)
+        self._watches = []
         # The command reader and the loops end first: once the storage threads stop, a job
         # they submitted would fail. The publisher alone runs on, for publish_rest.
         publisher = [t for t in self._tasks if t.get_name() == "hdg-publisher"]

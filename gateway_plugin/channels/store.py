@@ -223,6 +223,17 @@ class ChannelDirectory:
             self._reload()
             return True
 
+    def changed_elsewhere(self) -> bool:
+        """Whether another process changed the file since the snapshot was read (then
+        `refresh` reloads it). Never waits: while the file is in use here, False."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        finally:
+            self._lock.release()
+        return version != self._data_version
+
     def _snapshot(self) -> _Snapshot:
         if self._refresh_on_read:
             self.refresh()

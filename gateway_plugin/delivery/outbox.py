@@ -83,6 +83,24 @@ class Outbox:
         # place (a cron run in another process appends a message's deltas and its
         # completion in one transaction), so once loaded this stays the file's truth.
         self._live: dict[str, int] | None = None
+        # data_version as last seen by `changed_elsewhere`: it changes only when another
+        # connection commits (a CLI cron run appending deliveries).
+        self._seen_version = self._data_version()
+
+    def _data_version(self) -> int:
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def changed_elsewhere(self) -> bool:
+        """Whether another process committed to the file since the last call. Never
+        waits: while this process is using the file, False (asked again later)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            version = self._data_version()
+        finally:
+            self._lock.release()
+        changed, self._seen_version = version != self._seen_version, version
+        return changed
 
     def close(self) -> None:
         with self._lock:
@@ -109,9 +127,10 @@ class Outbox:
                     _open_run(cur, run, now)
                 live = self._live_deltas(cur)
                 out, changed = _sequence(cur, events, now, live)
-                cur.executemany(
-                    "DELETE FROM active_runs WHERE run_id = ?", [(r,) for r in finished]
-                )
+                if finished:
+                    cur.executemany(
+                        "DELETE FROM active_runs WHERE run_id = ?", [(r,) for r in finished]
+                    )
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")

@@ -22,12 +22,13 @@ from canonical.model import Json
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.shutdown import Deadline
 from gateway_plugin.storage.thread import StorageClosed
+from gateway_plugin.storage.threads import StorageBusy
 
 log = logging.getLogger("hdg.plugin")
 
 T = TypeVar("T")
 
-EXTERNAL_POLL_S = 1.0
+EXTERNAL_RETRY_S = 1.0  # a locked outbox: how long until the new rows are read again
 PUBLISH_BATCH = 256
 # outbox meta: the head a stopping process had published in full (see publish_rest).
 PUBLISHED_UPTO = "published_upto"
@@ -58,6 +59,7 @@ class Publisher:
         self._doorbell_repair: asyncio.Task[None] | None = None
         self._unpublished = False  # an event's publish failed; the edges are not told yet
         self.seen_head = outbox.head()
+        self._elsewhere = asyncio.Event()  # rows another process appended (`appended_elsewhere`)
         # Runs outbox reads off the loop, behind the writes queued before them
         # (`Sequencer.run`); None: on the caller's thread.
         self.reads: Callable[..., Awaitable[Any]] | None = None
@@ -80,8 +82,11 @@ class Publisher:
         for event in sequenced:
             # Only while contiguous: rows another process appended in between (a CLI cron
             # run) must stay ahead of the mark, or the poller would never publish them.
-            if event.get("cursor") == self.seen_head + 1:
+            cursor = event.get("cursor")
+            if cursor == self.seen_head + 1:
                 self.seen_head += 1
+            elif isinstance(cursor, int) and cursor > self.seen_head + 1:
+                self._elsewhere.set()
         queue = self.queue
         # One event straight onto the bus connection when nothing is queued or in flight
         # (no task wake-up); several (a committed batch) to the publisher task, which
@@ -92,11 +97,17 @@ class Publisher:
         for payload in payloads:
             queue.put_nowait(payload)
 
+    def appended_elsewhere(self) -> None:
+        """Another process committed to the outbox (`FileWatch`), or a published cursor
+        skipped some: `external_appends` reads what is new."""
+        self._elsewhere.set()
+
     async def external_appends(self) -> None:
         """Deliveries another process (a CLI cron run) appended to the outbox: publish them.
         Devices would get them by replay anyway; this makes them live."""
         while True:
-            await asyncio.sleep(EXTERNAL_POLL_S)
+            await self._elsewhere.wait()
+            self._elsewhere.clear()
             try:
                 head = await self._read(self.outbox.head)
                 if head <= self.seen_head:
@@ -104,6 +115,10 @@ class Publisher:
                 events, _ = await self._read(self.outbox.since, self.seen_head)
             except StorageClosed:
                 return  # stopping: publish_rest takes what is left
+            except StorageBusy:
+                self._elsewhere.set()  # locked out for now: again after a pause
+                await asyncio.sleep(EXTERNAL_RETRY_S)
+                continue
             self.publish(events)  # ours among them too: edges drop a cursor seen twice
             if events:
                 self.seen_head = max(self.seen_head, int(events[-1]["cursor"]))
@@ -212,7 +227,7 @@ def mark_published(outbox: Outbox) -> None:
 
 
 __all__ = [
-    "EXTERNAL_POLL_S",
+    "EXTERNAL_RETRY_S",
     "PUBLISHED_UPTO",
     "Publisher",
     "mark_published",

@@ -15,7 +15,6 @@ fails with a clear error; the loop only ever awaits.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
@@ -24,15 +23,12 @@ from typing import ParamSpec, TypeVar
 from gateway_plugin.errors import CommandError
 from gateway_plugin.storage.locked import is_locked
 from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
-from gateway_plugin.storage.thread import ReadPool, StorageThread
+from gateway_plugin.storage.thread import ReadPool, StorageClosed, StorageThread
 
 log = logging.getLogger("gateway_plugin.storage")
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-# How often channels.db's thread looks for another process's changes (data_version).
-REFRESH_S = 1.0
 
 
 class StorageBusy(CommandError):
@@ -88,14 +84,23 @@ def as_busy(error: BaseException, thread_name: str) -> BaseException:
     return busy
 
 
-async def refresh_channels(refresh: Callable[[], bool], thread: StorageThread) -> None:
-    """Keep the channel snapshot current with other processes' writes (a cron run)."""
-    while True:
-        await asyncio.sleep(REFRESH_S)
+def refresh_on(thread: StorageThread, refresh: Callable[[], object]) -> Callable[[], None]:
+    """What a change another process made calls for (`FileWatch`): `refresh()` queued on
+    the file's thread; a file still locked is refreshed at the next change it shows."""
+
+    def refresh_now() -> None:
         try:
-            await thread.run(refresh)
+            refresh()
         except sqlite3.OperationalError as exc:
-            log.info("channels.db refresh postponed: %s", exc)
+            log.info("%s: refresh postponed: %s", thread.name, exc)
+
+    def queue() -> None:
+        try:
+            thread.run_nowait(refresh_now)
+        except StorageClosed:
+            pass  # stopping
+
+    return queue
 
 
-__all__ = ["BUSY_TIMEOUT_S", "Storage", "StorageBusy", "as_busy", "refresh_channels", "run_or_busy"]
+__all__ = ["BUSY_TIMEOUT_S", "Storage", "StorageBusy", "as_busy", "refresh_on", "run_or_busy"]
