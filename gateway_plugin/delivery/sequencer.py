@@ -27,7 +27,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -226,16 +225,11 @@ class Sequencer:
         if self._held:
             await self._unheld()  # behind the reserved events too
         self._submit_open()
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[T] = loop.create_future()
-        future = self.thread.submit(retry_locked, fn, *args)
-        self._jobs_in_flight += 1
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
 
-        def finished(future: Future[T]) -> None:
+        def finished(result: T, error: BaseException | None) -> None:
             self._jobs_in_flight -= 1
-            error = future.exception()
             if error is None:
-                result = future.result()
                 if then is not None:
                     then(result)
                 if not waiter.done():
@@ -244,7 +238,8 @@ class Sequencer:
                 waiter.set_exception(as_busy(error, self.thread.name))
             self._check_idle()
 
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(finished, f))
+        self.thread.call(retry_locked, fn, *args, on_done=finished)
+        self._jobs_in_flight += 1
         return await waiter
 
     # -- the batches
@@ -266,19 +261,17 @@ class Sequencer:
             events.extend(entry.events)
             opened.extend(entry.opened)
             finished.extend(entry.finished)
-        loop = asyncio.get_running_loop()
         try:
-            future = self.thread.submit(
-                retry_locked, self.outbox.append_encoded, events, opened, finished
+            self.thread.call(
+                retry_locked,
+                self.outbox.append_encoded,
+                events,
+                opened,
+                finished,
+                on_done=lambda stored, error: self._committed(batch, stored, error),
             )
         except Exception as error:  # the thread is stopped: nothing of it is kept
             self._committed(batch, None, error)
-            return
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(self._on_done, batch, f))
-
-    def _on_done(self, batch: Batch[Entry], future: Future[list[tuple[Json, str]]]) -> None:
-        error = future.exception()
-        self._committed(batch, None if error is not None else future.result(), error)
 
     def _committed(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Any
 
 import pytest
 
@@ -88,3 +89,66 @@ async def test_the_read_pool_runs_reads_while_the_writer_is_busy() -> None:
     finally:
         writer.stop()
         reads.stop()
+
+
+async def test_handles_of_one_name_share_the_process_thread_until_the_last_stops() -> None:
+    first, second = StorageThread("hdg-shared"), StorageThread("hdg-shared")
+    try:
+        names = {await first.run(lambda: threading.current_thread().name) for _ in range(3)}
+        names |= {await second.run(lambda: threading.current_thread().name) for _ in range(3)}
+        assert len(names) == 1
+        first.stop()
+        with pytest.raises(StorageClosed):
+            await first.run(lambda: None)
+        assert await second.run(lambda: threading.current_thread().name) in names
+    finally:
+        second.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("hdg-shared")]
+
+
+async def test_the_jobs_of_one_loop_turn_cross_to_the_thread_in_one_hop() -> None:
+    thread = StorageThread("hdg-hops")
+    hops: list[int] = []
+    pool = thread._threads.pool
+    submit = pool.submit
+
+    def counting_submit(fn: Any, /, *args: Any) -> Any:
+        hops.append(len(args[0]) if args else 0)
+        return submit(fn, *args)
+
+    pool.submit = counting_submit  # type: ignore[method-assign]
+    try:
+        results = await asyncio.gather(*[thread.run(lambda i=i: i * 2) for i in range(100)])
+        assert results == [i * 2 for i in range(100)]
+        assert hops == [100]
+    finally:
+        pool.submit = submit  # type: ignore[method-assign]
+        thread.stop()
+
+
+async def test_a_write_queued_directly_runs_after_the_jobs_of_this_turn_queued_before_it() -> None:
+    thread = StorageThread("hdg-test")
+    seen: list[str] = []
+    try:
+        pending = asyncio.ensure_future(thread.run(seen.append, "queued for the turn"))
+        await asyncio.sleep(0)  # run() has queued its job; the hop has not left yet
+        thread.run_nowait(seen.append, "queued directly")
+        await pending
+        await thread.run(lambda: None)
+    finally:
+        thread.stop()
+    assert seen == ["queued for the turn", "queued directly"]
+
+
+async def test_each_job_of_a_hop_gets_its_own_result_or_error() -> None:
+    thread = StorageThread("hdg-test")
+    try:
+        results = await asyncio.gather(
+            thread.run(lambda: "a"),
+            thread.run(lambda: 1 // 0),
+            thread.run(lambda: "c"),
+            return_exceptions=True,
+        )
+    finally:
+        thread.stop()
+    assert results[0] == "a" and isinstance(results[1], ZeroDivisionError) and results[2] == "c"
