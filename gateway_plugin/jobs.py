@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -151,16 +153,18 @@ class JobQueue:
         from workers.jobs import PUSH_QUEUE
 
         assert self._pending is not None and self._pool is not None
-        for push in await asyncio.to_thread(self._pending.all):
+        pending = self._pending
+        for push in await self._on_pending_thread(pending.all):
             status = await Job(push.job_id, self._pool, _queue_name=PUSH_QUEUE).status()
             if status is JobStatus.complete:
-                await asyncio.to_thread(self._pending.remove, push.job_id)
+                await self._on_pending_thread(functools.partial(pending.remove, push.job_id))
             elif status is JobStatus.not_found:
                 log.info("a push Redis no longer had is queued again")
                 await self._enqueue_push(push.body, datetime.fromtimestamp(push.not_before, UTC))
 
     async def _reconcile_forever(self) -> None:
         failing = False
+        await asyncio.sleep(random.uniform(0, RECONCILE_S))  # gateways out of step
         while True:
             try:
                 await self.reconcile()

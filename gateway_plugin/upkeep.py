@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,8 @@ CANCEL_AGAIN_S = 0.5  # stop(): how long a cancelled task may take before it is 
 
 async def heartbeat(c: Controller) -> None:
     # Short period: after a Redis restart devices cannot authenticate until this runs.
+    # Started at a random phase: the gateways (or Controllers) of one Redis beat out of step.
+    await asyncio.sleep(random.uniform(0, HEARTBEAT_S))
     while True:
         await asyncio.sleep(HEARTBEAT_S)
         try:

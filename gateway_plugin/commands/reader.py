@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,9 @@ def _internal_error(command: Json) -> Json:
 # long after a read of several hellos lets the next read take what arrived meanwhile: a
 # storm's hellos wait a few ms more (they queue for CPU far longer), a lone command none.
 STORM_LINGER_S = 0.005
+# How long one stream read waits for a command: a random span, so that the readers of
+# many gateways on one Redis (each read ends with a round trip) do not wake in step.
+CONSUME_BLOCK_MS = (1000, 2000)
 STORM_HELLOS = 4  # hellos in one read that mean a storm is on
 
 
@@ -119,7 +123,9 @@ class CommandReader:
                     await self.handle_batch(batch)
                     await c.orphans.close_stale_runs()
                     continue
-                batch = await c.bus.consume(c.tenant, self.name, 256, 1000)
+                batch = await c.bus.consume(
+                    c.tenant, self.name, 256, random.randrange(*CONSUME_BLOCK_MS)
+                )
                 attempts.succeeded()
                 await self.handle_batch(batch)
                 linger = linger_after(batch)
