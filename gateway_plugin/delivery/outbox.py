@@ -83,6 +83,9 @@ class Outbox:
         # place (a cron run in another process appends a message's deltas and its
         # completion in one transaction), so once loaded this stays the file's truth.
         self._live: dict[str, int] | None = None
+        # Sends recorded so far (sent_messages: only the controller's Outbox writes it): a
+        # reader that finds the same number knows the sends it read are still all there is.
+        self.sends_recorded = 0
 
     def close(self) -> None:
         with self._lock:
@@ -236,6 +239,8 @@ class Outbox:
                 cur.execute("ROLLBACK")
                 raise
             _apply(live, changed)
+            if sent is not None:
+                self.sends_recorded += 1
         return [event for event, _ in sequenced]
 
     def sent_messages(self, conversation_id: str) -> list[SentMessage]:
