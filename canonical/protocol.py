@@ -71,25 +71,29 @@ PHEBY_ERROR_CODES = frozenset(
 )
 
 
-# The date and time up to the second, for the second last formatted: a timestamp costs a
-# subtraction and one small f-string (half of datetime.isoformat's) in a stream of events.
-_second_text: tuple[int, str] = (-1, "")
+# The date and the hour, for the hour last formatted: a timestamp costs a few integer
+# operations and one small f-string (half of datetime.isoformat's), whether it comes from
+# a stream of events (one second after another) or a transcript (rows minutes apart).
+_hour_text: tuple[int, str] = (-1, "")
+# iso_ms's range: from the epoch to the end of year 9999, as datetime prints it.
+_ISO_END = 253_402_300_800
 
 
 def iso_ms(ts: float) -> str:
     """ISO-8601 UTC timestamp of unix time ``ts`` (>= 0) in milliseconds, exactly as
     ``datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")`` prints it."""
-    global _second_text
+    global _hour_text
     second = int(ts)
     micro = round((ts - second) * 1e6)  # datetime's own rounding: to µs, half to even
     if micro >= 1_000_000:
         second += 1
         micro -= 1_000_000
-    cached = _second_text  # one read: another thread may replace it meanwhile
-    if cached[0] != second:
-        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        cached = _second_text = (second, text)
-    return f"{cached[1]}.{micro // 1000:03d}+00:00"
+    within = second % 3600
+    hour = second - within
+    cached = _hour_text  # one read: another thread may replace it meanwhile
+    if cached[0] != hour:
+        cached = _hour_text = (hour, time.strftime("%Y-%m-%dT%H:", time.gmtime(hour)))
+    return f"{cached[1]}{within // 60:02d}:{within % 60:02d}.{micro // 1000:03d}+00:00"
 
 
 def now_iso() -> str:
@@ -98,8 +102,12 @@ def now_iso() -> str:
 
 
 def iso_from_unix(ts: float | None) -> str | None:
+    """`iso_ms` of a stored unix time (None stays None; outside iso_ms's range, datetime
+    prints it, or refuses it, itself)."""
     if ts is None:
         return None
+    if 0 <= ts < _ISO_END:
+        return iso_ms(ts)
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 

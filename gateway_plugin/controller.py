@@ -30,6 +30,7 @@ from gateway_plugin.channels.store import ChannelDirectory, ChannelEntry, Channe
 from gateway_plugin.channels.title_upgrade import TitleUpgrades
 from gateway_plugin.commands.cancels import Cancels
 from gateway_plugin.commands.decisions import DecisionDesk
+from gateway_plugin.commands.live_names import LiveNames
 from gateway_plugin.commands.preferences import Preferences
 from gateway_plugin.commands.reader import CommandReader
 from gateway_plugin.commands.runs import CommandHandler
@@ -99,6 +100,8 @@ class Controller:
             max_bytes=settings.max_upload_bytes,
         )
         self.transcript = Transcript(state_db)
+        # History and search name a lane's messages as devices saw them live (read pool).
+        self.live_names = LiveNames(self.transcript, self.outbox)
         self.search = SearchIndex(state_db)
         self.turns = TurnTracker()
         self.commands = CommandHandler(self)
@@ -239,6 +242,7 @@ class Controller:
         self.outbox.close()
         self.channels.close()
         self.search.close()
+        self.live_names.close()
         self.devices.close()
         self.attachments.close()
         if self.loop_probe is not None:

@@ -4,7 +4,6 @@ with `CommandHandler`'s registry, whose lookup and broadcast helpers they share.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -14,9 +13,8 @@ from canonical.model.replies import ChannelListReply, ConversationState, History
 from canonical.protocol import MAX_HISTORY
 from gateway_plugin.attachments.flow import display_messages
 from gateway_plugin.channels.store import ChannelEntry
-from gateway_plugin.delivery import message_ids
+from gateway_plugin.commands.live_names import HISTORY_ID
 from gateway_plugin.errors import CommandError
-from gateway_plugin.hermes.transcript import page
 from gateway_plugin.storage.threads import run_or_busy
 
 if TYPE_CHECKING:
@@ -24,8 +22,6 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-HISTORY_ID = re.compile(r"m\d{1,18}")  # a transcript row (gateway_plugin.hermes.transcript)
 
 
 def strip_lane(event: Json) -> Json:
@@ -147,39 +143,21 @@ class LaneCommands:
             "conversation": state,
         }
 
-    def _named(self, lane: Lane, conversation_id: str) -> list[Json]:
-        """The lane's transcript named as devices saw it live (a worker thread: it reads
-        state.db and outbox.db)."""
-        return message_ids.assign(
-            self.c.transcript.merged(lane), self.c.outbox.sent_messages(conversation_id)
-        )
-
     def _live_page(
         self, lane: Lane, conversation_id: str, limit: int, before: str | None
     ) -> tuple[list[Json], bool]:
-        named = self._named(lane, conversation_id)
-        if (
-            before is not None
-            and not HISTORY_ID.fullmatch(before)
-            and all(m["message_id"] != before for m in named)
-        ):
+        """A page of the lane's history named as devices saw it live (a read-pool thread:
+        state.db, outbox.db and attachments.db); it reads its own rows only."""
+        found = self.c.live_names.page(lane, conversation_id, limit, before)
+        if found is None:
             # An empty page would look like history's start.
             raise CommandError(
                 "bad_request", "before_message_id is no message of this lane's history"
             )
-        messages, has_more = page(named, limit, before)
+        messages, has_more = found
         # The user's own words, not the inlined attachment text Hermes ran.
         messages, _ = display_messages(self.c.attachments, conversation_id, messages)
         return messages, has_more
-
-    def _hit_ids(self, lanes: dict[Lane, str]) -> dict[int, str]:
-        """Transcript row → the id of the message it is part of, for these lanes."""
-        ids: dict[int, str] = {}
-        for lane, conversation_id in lanes.items():
-            for message in self._named(lane, conversation_id):
-                for row in message["rows"]:
-                    ids[row] = message["message_id"]
-        return ids
 
     async def _write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """A channel directory write, on channels.db's storage thread."""
@@ -303,7 +281,12 @@ class LaneCommands:
             entry = self.c.channels.get(hit.chat_id, hit.thread_id)
             if entry is not None:
                 lanes[(entry.chat_id, entry.thread_id)] = entry.conversation_id
-        ids = await run_or_busy(self.c.storage.reads, self._hit_ids, lanes) if lanes else {}
+        rows = [int(hit.message_id) for hit in hits]
+        ids = (
+            await run_or_busy(self.c.storage.reads, self.c.live_names.ids, lanes, rows)
+            if lanes
+            else {}
+        )
         # A hit names the message history shows (one per message: its best-ranked row).
         wire: list[Json] = []
         seen: set[str] = set()

@@ -86,6 +86,9 @@ class Outbox:
         # data_version as last seen by `changed_elsewhere`: it changes only when another
         # connection commits (a CLI cron run appending deliveries).
         self._seen_version = self._data_version()
+        # Sends recorded so far (sent_messages: only the controller's Outbox writes it): a
+        # reader that finds the same number knows the sends it read are still all there is.
+        self.sends_recorded = 0
 
     def _data_version(self) -> int:
         return int(self._db.execute("PRAGMA data_version").fetchone()[0])
@@ -255,6 +258,8 @@ class Outbox:
                 cur.execute("ROLLBACK")
                 raise
             _apply(live, changed)
+            if sent is not None:
+                self.sends_recorded += 1
         return [event for event, _ in sequenced]
 
     def sent_messages(self, conversation_id: str) -> list[SentMessage]:

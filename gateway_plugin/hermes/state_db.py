@@ -129,6 +129,50 @@ def lane_rows_from(
     return [dict(row) for row in rows]
 
 
+def data_version(conn: sqlite3.Connection) -> int:
+    """A number that changes whenever another connection commits to the file (SQLite's
+    ``PRAGMA data_version``, for one long-lived connection): an unchanged one means every
+    row read before is still as it was."""
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
+
+
+# The modulus of the third fingerprint sum: squares of row ids, kept within 64 bits.
+_FINGERPRINT_MOD = 2_147_483_647
+
+
+def lane_fingerprint(
+    conn: sqlite3.Connection, platform: str, lane: Lane, upto: int | None = None
+) -> tuple[int, int, int, int]:
+    """(count, sum of ids, sum of squared ids modulo a prime, newest id) of the lane's live
+    rows of every role (up to row `upto` when given; zeros for none). Hermes never changes
+    a stored row's text: it appends rows and flips `active` (undo, compression, redo), so
+    an unchanged fingerprint says the live rows are the ones read before. One scan of a
+    covering index, in SQLite."""
+    upto_clause = "" if upto is None else "AND m.id <= ? "
+    row = conn.execute(
+        f"SELECT count(*), sum(m.id), sum(m.id * m.id % {_FINGERPRINT_MOD}), max(m.id) "
+        f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        f"AND m.active = 1 {upto_clause}",
+        (platform, lane[0], lane[1], *(() if upto is None else (upto,))),
+    ).fetchone()
+    return (int(row[0]), int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
+
+
+def lane_rows_between(
+    conn: sqlite3.Connection, platform: str, lane: Lane, after: int, upto: int
+) -> list[Json]:
+    """The lane's live user and assistant rows (id, role, content, timestamp) after row
+    `after` up to row `upto`, oldest first."""
+    rows = conn.execute(
+        "SELECT m.id, m.role, m.content, m.timestamp FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE {_LANE} "
+        "AND m.role IN ('user', 'assistant') AND m.active = 1 AND m.id > ? AND m.id <= ? "
+        "ORDER BY m.id",
+        (platform, lane[0], lane[1], after, upto),
+    ).fetchall()
+    return [dict(row) for row in rows]
+
+
 def turn_rows(conn: sqlite3.Connection, platform: str, lane: Lane, since: float) -> list[Json]:
     """The lane's live user, assistant and tool rows written at or after `since` (role,
     tool_calls, reasoning: whichever of Hermes' two reasoning columns holds it)."""
@@ -282,11 +326,14 @@ __all__ = [
     "FTS_TRIGRAM",
     "FTS_WORDS",
     "SearchFilter",
+    "data_version",
     "delete_sessions",
     "forget_schema_checks",
     "fts_rows",
     "has_trigram_index",
+    "lane_fingerprint",
     "lane_messages",
+    "lane_rows_between",
     "lane_sessions",
     "latest_session",
     "newest_rows",

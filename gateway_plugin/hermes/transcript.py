@@ -142,29 +142,44 @@ class Transcript:
 
 def merge(rows: list[Json]) -> list[Json]:
     """Display messages from transcript rows: assistant texts between two user messages
-    become one message; blank assistant rows (tool calls) are dropped."""
+    become one message; blank assistant rows (tool calls) are dropped. Linear in the rows:
+    a lane Hermes only ever answered in (a cron channel) is one message of all of them."""
     merged: list[Json] = []
+    parts: list[str] = []  # the texts of merged[-1] while it is an assistant message
+    last_at: float | None = None  # its newest row's stored time
     for row in rows:
         text = row["content"] or ""
-        if row["role"] == "assistant":
+        role = row["role"]
+        if role == "assistant":
             if not text.strip():
                 continue
-            if merged and merged[-1]["role"] == "assistant":
-                merged[-1]["text"] += text
-                merged[-1]["ts"] = iso_from_unix(row["timestamp"])
+            if parts:
+                parts.append(text)
+                last_at = row["timestamp"]
                 merged[-1]["rows"].append(row["id"])
                 continue
+        _close(merged, parts, last_at)
+        parts, last_at = ([text] if role == "assistant" else []), row["timestamp"]
         merged.append(
             {
                 "message_id": f"m{row['id']}",
-                "role": row["role"],
+                "role": role,
                 "text": text,
                 "ts": iso_from_unix(row["timestamp"]),
                 "rows": [row["id"]],
                 "at": float(row["timestamp"] or 0.0),
             }
         )
+    _close(merged, parts, last_at)
     return merged
+
+
+def _close(merged: list[Json], parts: list[str], last_at: float | None) -> None:
+    """An assistant message made of several rows: their texts, joined once, and the time
+    of the last."""
+    if len(parts) > 1:
+        merged[-1]["text"] = "".join(parts)
+        merged[-1]["ts"] = iso_from_unix(last_at)
 
 
 def page(
