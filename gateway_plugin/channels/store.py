@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from gateway_plugin.errors import CommandError
-from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S
+from gateway_plugin.storage.sqlite_file import BUSY_TIMEOUT_S, data_version, data_version_nowait
 
 Kind = Literal["default", "channel", "thread"]
 NameSource = Literal["derived", "llm", "user"]
@@ -210,14 +210,14 @@ class ChannelDirectory:
 
     def _reload(self) -> None:
         """Read the whole table into a new snapshot (under the lock)."""
-        self._data_version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+        self._data_version = data_version(self._conn)
         rows = self._conn.execute("SELECT * FROM entries ORDER BY rowid").fetchall()
         self._snap = _Snapshot.of([_row_to_entry(r) for r in rows])
 
     def refresh(self) -> bool:
         """Reload the snapshot if another process changed the file; True if it did."""
         with self._lock:
-            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+            version = data_version(self._conn)
             if version == self._data_version:
                 return False
             self._reload()
@@ -226,13 +226,8 @@ class ChannelDirectory:
     def changed_elsewhere(self) -> bool:
         """Whether another process changed the file since the snapshot was read (then
         `refresh` reloads it). Never waits: while the file is in use here, False."""
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            version = int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        finally:
-            self._lock.release()
-        return version != self._data_version
+        version = data_version_nowait(self._conn, self._lock)
+        return version is not None and version != self._data_version
 
     def _snapshot(self) -> _Snapshot:
         if self._refresh_on_read:

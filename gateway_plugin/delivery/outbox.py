@@ -19,7 +19,7 @@ from pathlib import Path
 from canonical.jsonenc import dumps, dumps_clean
 from canonical.model import Json
 from gateway_plugin.delivery.message_ids import SentMessage
-from gateway_plugin.storage.sqlite_file import open_wal
+from gateway_plugin.storage.sqlite_file import data_version, data_version_nowait, open_wal
 
 SCHEMA_VERSION = 1
 _SQL_VARS = 500  # bound parameters per query, well under SQLite's limit
@@ -85,23 +85,17 @@ class Outbox:
         self._live: dict[str, int] | None = None
         # data_version as last seen by `changed_elsewhere`: it changes only when another
         # connection commits (a CLI cron run appending deliveries).
-        self._seen_version = self._data_version()
+        self._seen_version = data_version(self._db)
         # Sends recorded so far (sent_messages: only the controller's Outbox writes it): a
         # reader that finds the same number knows the sends it read are still all there is.
         self.sends_recorded = 0
 
-    def _data_version(self) -> int:
-        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
-
     def changed_elsewhere(self) -> bool:
         """Whether another process committed to the file since the last call. Never
         waits: while this process is using the file, False (asked again later)."""
-        if not self._lock.acquire(blocking=False):
+        version = data_version_nowait(self._db, self._lock)
+        if version is None:
             return False
-        try:
-            version = self._data_version()
-        finally:
-            self._lock.release()
         changed, self._seen_version = version != self._seen_version, version
         return changed
 

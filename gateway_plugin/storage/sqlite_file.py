@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 # How long a statement waits for another connection's write lock (a `hermes cron run`
@@ -35,4 +36,20 @@ def open_wal(
     return db
 
 
-__all__ = ["BUSY_TIMEOUT_S", "open_wal"]
+def data_version(db: sqlite3.Connection) -> int:
+    """SQLite's ``PRAGMA data_version``: it changes only when another connection commits."""
+    return int(db.execute("PRAGMA data_version").fetchone()[0])
+
+
+def data_version_nowait(db: sqlite3.Connection, lock: threading.Lock) -> int | None:
+    """`data_version` under the owner's `lock`, or None at once while this process is
+    using the file (the watch thread asks again later; `storage/watch.py`)."""
+    if not lock.acquire(blocking=False):
+        return None
+    try:
+        return data_version(db)
+    finally:
+        lock.release()
+
+
+__all__ = ["BUSY_TIMEOUT_S", "data_version", "data_version_nowait", "open_wal"]
