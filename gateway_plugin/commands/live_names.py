@@ -34,7 +34,7 @@ from canonical.model import Json, Lane
 from gateway_plugin.delivery.message_ids import Naming
 from gateway_plugin.delivery.outbox import Outbox
 from gateway_plugin.hermes import state_db
-from gateway_plugin.hermes.transcript import Transcript, merge
+from gateway_plugin.hermes.transcript import JOIN, SKIP, Transcript, merge, row_place
 
 LANES_KEPT = 256  # lanes kept named, the most recently read
 HISTORY_ID = re.compile(r"m\d{1,18}")  # a transcript row (gateway_plugin.hermes.transcript)
@@ -61,12 +61,12 @@ class _Named:
         for row in rows:
             text = row["content"] or ""
             role = row["role"]
-            if role == "assistant":
-                if not text.strip():
-                    continue
-                if self.assistant and self.assistant[-1]:
-                    self.kept.append(row["id"])  # more of the model's message
-                    continue
+            place = row_place(role, text, in_assistant=bool(self.assistant and self.assistant[-1]))
+            if place == SKIP:
+                continue
+            if place == JOIN:
+                self.kept.append(row["id"])  # more of the model's message
+                continue
             self.starts.append(row["id"])
             self.kept.append(row["id"])
             self.assistant.append(role == "assistant")
@@ -204,9 +204,7 @@ class LiveNames:
                 self._lanes.popitem(last=False)
         with named.lock:
             before = self._data_version()
-            conn.execute("BEGIN")
-            try:
-                conn.execute("SELECT 1 FROM sessions LIMIT 1")  # the snapshot, from here on
+            with state_db.snapshot(conn):
                 # Unchanged since the catch-up before (read before its snapshot began):
                 # nothing was committed in between.
                 after = self._data_version()
@@ -215,8 +213,6 @@ class LiveNames:
                     named.seen = before
                 self._catch_up_sends(conn, named, lane, conversation_id)
                 return then(named)
-            finally:
-                conn.rollback()
 
     def _catch_up_rows(
         self, conn: sqlite3.Connection, named: _Named, lane: Lane, conversation_id: str

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -127,6 +128,18 @@ def lane_rows_from(
         (platform, lane[0], lane[1], start, count),
     ).fetchall()
     return [dict(row) for row in rows]
+
+
+@contextmanager
+def snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction: every read inside sees state.db as of its first read (taken
+    here), none after; ended (rolled back: nothing is written) on the way out."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT 1 FROM sessions LIMIT 1")
+        yield
+    finally:
+        conn.rollback()
 
 
 def data_version(conn: sqlite3.Connection) -> int:

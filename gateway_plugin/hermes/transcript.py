@@ -140,6 +140,20 @@ class Transcript:
         return merge(rows)
 
 
+SKIP, JOIN, START = "skip", "join", "start"
+
+
+def row_place(role: str, text: str, *, in_assistant: bool) -> str:
+    """Where a transcript row goes among the display messages, after a model's message
+    (`in_assistant`) or not: `SKIP` a blank assistant row (a tool call), `JOIN` more of the
+    model's message, `START` a new message."""
+    if role != "assistant":
+        return START
+    if not text.strip():
+        return SKIP
+    return JOIN if in_assistant else START
+
+
 def merge(rows: list[Json]) -> list[Json]:
     """Display messages from transcript rows: assistant texts between two user messages
     become one message; blank assistant rows (tool calls) are dropped. Linear in the rows:
@@ -150,14 +164,14 @@ def merge(rows: list[Json]) -> list[Json]:
     for row in rows:
         text = row["content"] or ""
         role = row["role"]
-        if role == "assistant":
-            if not text.strip():
-                continue
-            if parts:
-                parts.append(text)
-                last_at = row["timestamp"]
-                merged[-1]["rows"].append(row["id"])
-                continue
+        place = row_place(role, text, in_assistant=bool(parts))
+        if place == SKIP:
+            continue
+        if place == JOIN:
+            parts.append(text)
+            last_at = row["timestamp"]
+            merged[-1]["rows"].append(row["id"])
+            continue
         _close(merged, parts, last_at)
         parts, last_at = ([text] if role == "assistant" else []), row["timestamp"]
         merged.append(
